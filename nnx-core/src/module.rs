@@ -1,0 +1,451 @@
+//! The `Module` trait: one walk over a model's tensors, shared and mutable, carrying each
+//! field's path segment and recorded import rule. Every capability (state dicts, loads,
+//! archives, imports) is a visitor over this walk.
+
+use crate::state::{self, FlatStateDict, LoadOptions, LoadReport, StateDict};
+use crate::{DType, Result, Tensor};
+
+/// How a field's tensors are found in a file laid out by someone else, as recorded from its
+/// `#[nnx(...)]` attributes. The derive fills it in; importers read it from the walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ImportRule {
+    /// `from = "a.b"`: the source name relative to the parent's source path.
+    pub from: Option<&'static str>,
+    /// `transpose`: the source stores the transpose (last two axes) of every rank-2+ tensor.
+    pub transpose: bool,
+    /// `split(axis, parts, index)`: the field is one equal piece of the source.
+    pub split: Option<Split>,
+    /// `tie = "x.y"`: the field is the same tensor as the field at this model path.
+    pub tie: Option<&'static str>,
+    /// `optional`: the source may lack the field; it then keeps its value.
+    pub optional: bool,
+    /// `dtype = "u32"`: the dtype every tensor under the field must have.
+    pub dtype: Option<DType>,
+}
+
+impl ImportRule {
+    /// The rule of a field without import attributes.
+    pub const NONE: ImportRule =
+        ImportRule { from: None, transpose: false, split: None, tie: None, optional: false, dtype: None };
+
+    /// Whether the rule changes anything about how the field is read.
+    pub fn is_plain(&self) -> bool {
+        *self == ImportRule::NONE
+    }
+}
+
+/// Piece `index` of `parts` equal pieces along `axis` (negative counts from the end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Split {
+    /// The axis cut; `-1` is the last.
+    pub axis: isize,
+    /// How many equal pieces the source holds.
+    pub parts: usize,
+    /// Which piece this field is.
+    pub index: usize,
+}
+
+/// A field of a module as the derive records it: static data, visible to every visitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    /// The Rust field name (or index, for tuple structs).
+    pub ident: &'static str,
+    /// The path segment: the field name, or its `rename`.
+    pub segment: &'static str,
+    /// The recorded import rule.
+    pub rule: ImportRule,
+}
+
+/// One step down the module tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Into a named (or tuple) field.
+    Field(&'static Field),
+    /// Into element `i` of a `Vec` or array.
+    Index(usize),
+}
+
+/// Receives a shared walk: `enter` and `leave` bracket each step, `tensor` each tensor.
+pub trait Visitor {
+    /// Going one step down.
+    fn enter(&mut self, step: Step);
+    /// A tensor at the current path.
+    fn tensor(&mut self, tensor: &Tensor);
+    /// Coming back up from the last `enter`.
+    fn leave(&mut self);
+}
+
+/// Receives a mutable walk; see [`Visitor`].
+pub trait VisitorMut {
+    /// Going one step down.
+    fn enter(&mut self, step: Step);
+    /// A tensor at the current path, which the visitor may replace.
+    fn tensor(&mut self, tensor: &mut Tensor);
+    /// Coming back up from the last `enter`.
+    fn leave(&mut self);
+}
+
+/// A value made of named tensors: a model, a layer, an optimizer state, or a single tensor.
+///
+/// Derive it with `#[derive(Module)]`; the derive writes the two walks and nothing else.
+/// Everything a module can do is a provided method built on them.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a Module, so `#[derive(Module)]` cannot walk this field",
+    label = "not a Module: add `#[nnx(skip)]` if this field is configuration, or derive `Module` for its type",
+    note = "fields are walked when they are `Tensor`, a `#[derive(Module)]` type, an nnx layer, or a `Vec`, array, `Option` or `Box` of those"
+)]
+pub trait Module {
+    /// Visits every tensor in declaration order.
+    fn walk(&self, visitor: &mut dyn Visitor);
+
+    /// Visits every tensor mutably in declaration order.
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut);
+
+    /// Every tensor keyed by its path, in walk order. Tensors are shared, not copied.
+    fn flat_state_dict(&self) -> FlatStateDict {
+        state::flat_state_dict(self)
+    }
+
+    /// The tensors as a tree of dictionaries keyed by path segment, in walk order.
+    fn state_dict(&self) -> StateDict {
+        StateDict::from_flat(&self.flat_state_dict())
+    }
+
+    /// Partial load: every key the module and `dict` share is replaced by the dict's tensor
+    /// (shared, not copied); the rest keep their values.
+    ///
+    /// # Errors
+    /// A [`crate::LoadError`] (nothing changed) when a shared key's dtype or shape differs, or
+    /// when no key matches at all (use [`Module::load_flat_state_dict_with`] to allow that).
+    fn load_flat_state_dict(&mut self, dict: &FlatStateDict) -> Result<LoadReport> {
+        state::load_flat(self, dict, &LoadOptions::default())
+    }
+
+    /// [`Module::load_flat_state_dict`] with options.
+    ///
+    /// # Errors
+    /// As [`Module::load_flat_state_dict`].
+    fn load_flat_state_dict_with(&mut self, dict: &FlatStateDict, options: &LoadOptions) -> Result<LoadReport> {
+        state::load_flat(self, dict, options)
+    }
+
+    /// All-or-nothing load: every key, dtype and shape is checked first; on any problem the
+    /// module is left unchanged and the error lists every problem with its full key.
+    ///
+    /// # Errors
+    /// A [`crate::LoadError`] listing missing and unexpected keys (with did-you-mean
+    /// suggestions) and dtype and shape mismatches.
+    fn load_flat_state_dict_strict(&mut self, dict: &FlatStateDict) -> Result<()> {
+        state::load_flat_strict(self, dict)
+    }
+
+    /// [`Module::load_flat_state_dict`] from a nested dict.
+    ///
+    /// # Errors
+    /// As [`Module::load_flat_state_dict`].
+    fn load_state_dict(&mut self, dict: &StateDict) -> Result<LoadReport> {
+        self.load_flat_state_dict(&dict.to_flat())
+    }
+
+    /// [`Module::load_flat_state_dict_strict`] from a nested dict.
+    ///
+    /// # Errors
+    /// As [`Module::load_flat_state_dict_strict`].
+    fn load_state_dict_strict(&mut self, dict: &StateDict) -> Result<()> {
+        self.load_flat_state_dict_strict(&dict.to_flat())
+    }
+
+    /// The module's type name without its module path, for messages.
+    fn module_name(&self) -> &'static str {
+        short_type_name(std::any::type_name::<Self>())
+    }
+}
+
+/// `a::b::Gpt2<c::Block>` -> `Gpt2<c::Block>`: drop the path before the first `<`.
+pub(crate) fn short_type_name(full: &'static str) -> &'static str {
+    let head = full.find('<').unwrap_or(full.len());
+    match full[..head].rfind("::") {
+        Some(at) => &full[at + 2..],
+        None => full,
+    }
+}
+
+impl Module for Tensor {
+    fn walk(&self, visitor: &mut dyn Visitor) {
+        visitor.tensor(self);
+    }
+
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        visitor.tensor(self);
+    }
+}
+
+impl<M: Module> Module for Vec<M> {
+    fn walk(&self, visitor: &mut dyn Visitor) {
+        for (index, item) in self.iter().enumerate() {
+            visitor.enter(Step::Index(index));
+            item.walk(visitor);
+            visitor.leave();
+        }
+    }
+
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        for (index, item) in self.iter_mut().enumerate() {
+            visitor.enter(Step::Index(index));
+            item.walk_mut(visitor);
+            visitor.leave();
+        }
+    }
+}
+
+impl<M: Module, const N: usize> Module for [M; N] {
+    fn walk(&self, visitor: &mut dyn Visitor) {
+        for (index, item) in self.iter().enumerate() {
+            visitor.enter(Step::Index(index));
+            item.walk(visitor);
+            visitor.leave();
+        }
+    }
+
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        for (index, item) in self.iter_mut().enumerate() {
+            visitor.enter(Step::Index(index));
+            item.walk_mut(visitor);
+            visitor.leave();
+        }
+    }
+}
+
+impl<M: Module> Module for Option<M> {
+    fn walk(&self, visitor: &mut dyn Visitor) {
+        if let Some(inner) = self {
+            inner.walk(visitor);
+        }
+    }
+
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        if let Some(inner) = self {
+            inner.walk_mut(visitor);
+        }
+    }
+}
+
+impl<M: Module + ?Sized> Module for Box<M> {
+    fn walk(&self, visitor: &mut dyn Visitor) {
+        (**self).walk(visitor);
+    }
+
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        (**self).walk_mut(visitor);
+    }
+}
+
+/// Types that can hold tensors, so that import attributes (`transpose`, `split`, `dtype`,
+/// `from`, `tie`, `optional`) have something to act on. The derive implements it for every
+/// struct with at least one walked field.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` holds no tensors, so import attributes on this field have nothing to act on",
+    label = "this field holds no tensors",
+    note = "import attributes (`from`, `transpose`, `split`, `tie`, `optional`, `dtype`) apply to fields holding tensors: `Tensor`, a `#[derive(Module)]` struct with walked fields, or `Vec`/array/`Option`/`Box` of them"
+)]
+pub trait HoldsTensors {}
+
+impl HoldsTensors for Tensor {}
+impl<M: HoldsTensors> HoldsTensors for Vec<M> {}
+impl<M: HoldsTensors, const N: usize> HoldsTensors for [M; N] {}
+impl<M: HoldsTensors> HoldsTensors for Option<M> {}
+impl<M: HoldsTensors + ?Sized> HoldsTensors for Box<M> {}
+
+/// One import operation on the way from a source entry to a model tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Keep piece `index` of `parts` along `axis`.
+    Split(Split),
+    /// Swap the last two axes (rank-2+ tensors only).
+    Transpose,
+}
+
+/// What the walk knows about one tensor: its model path and everything its import rules say.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    /// The model path, e.g. `h.0.attn.q.weight`.
+    pub name: &'a str,
+    /// The source path for import, e.g. `h.0.attn.c_attn.weight`.
+    pub source: &'a str,
+    /// Import operations from the source entry to this tensor, outermost field first
+    /// (within a field: split, then transpose).
+    pub ops: &'a [Op],
+    /// Whether some enclosing field is `optional`.
+    pub optional: bool,
+    /// The dtype required by the innermost enclosing `dtype` attribute.
+    pub dtype: Option<DType>,
+    /// For tensors under a `tie` field: the model path of the tensor they are tied to.
+    pub tie: Option<&'a str>,
+}
+
+#[derive(Clone)]
+struct Frame {
+    name_len: usize,
+    source_len: usize,
+    tie_len: Option<usize>,
+    ops_len: usize,
+    optional: bool,
+    dtype: Option<DType>,
+    tied: bool,
+}
+
+/// Tracks model path, source path and import rules through `enter`/`leave`, so visitors deal
+/// in [`Entry`] values instead of steps.
+#[derive(Default)]
+struct PathTracker {
+    name: String,
+    source: String,
+    tie: String,
+    tied: bool,
+    ops: Vec<Op>,
+    optional: bool,
+    dtype: Option<DType>,
+    frames: Vec<Frame>,
+}
+
+fn push_segment(path: &mut String, segment: &str) {
+    if !path.is_empty() {
+        path.push('.');
+    }
+    path.push_str(segment);
+}
+
+impl PathTracker {
+    fn enter(&mut self, step: Step) {
+        self.frames.push(Frame {
+            name_len: self.name.len(),
+            source_len: self.source.len(),
+            tie_len: self.tied.then_some(self.tie.len()),
+            ops_len: self.ops.len(),
+            optional: self.optional,
+            dtype: self.dtype,
+            tied: self.tied,
+        });
+        match step {
+            Step::Index(index) => {
+                let index = index.to_string();
+                push_segment(&mut self.name, &index);
+                push_segment(&mut self.source, &index);
+                if self.tied {
+                    push_segment(&mut self.tie, &index);
+                }
+            }
+            Step::Field(field) => {
+                push_segment(&mut self.name, field.segment);
+                push_segment(&mut self.source, field.rule.from.unwrap_or(field.segment));
+                if self.tied {
+                    push_segment(&mut self.tie, field.segment);
+                }
+                let rule = &field.rule;
+                if let Some(target) = rule.tie {
+                    self.tied = true;
+                    self.tie.clear();
+                    self.tie.push_str(target);
+                }
+                if let Some(split) = rule.split {
+                    self.ops.push(Op::Split(split));
+                }
+                if rule.transpose {
+                    self.ops.push(Op::Transpose);
+                }
+                self.optional |= rule.optional;
+                if rule.dtype.is_some() {
+                    self.dtype = rule.dtype;
+                }
+            }
+        }
+    }
+
+    fn leave(&mut self) {
+        let frame = self.frames.pop().expect("`leave` follows `enter`");
+        self.name.truncate(frame.name_len);
+        self.source.truncate(frame.source_len);
+        self.ops.truncate(frame.ops_len);
+        self.optional = frame.optional;
+        self.dtype = frame.dtype;
+        self.tied = frame.tied;
+        if let Some(len) = frame.tie_len {
+            self.tie.truncate(len);
+        }
+    }
+
+    fn entry(&self) -> Entry<'_> {
+        Entry {
+            name: &self.name,
+            source: &self.source,
+            ops: &self.ops,
+            optional: self.optional,
+            dtype: self.dtype,
+            tie: self.tied.then_some(self.tie.as_str()),
+        }
+    }
+}
+
+struct EntryVisitor<F> {
+    tracker: PathTracker,
+    f: F,
+}
+
+impl<F: FnMut(Entry<'_>, &Tensor)> Visitor for EntryVisitor<F> {
+    fn enter(&mut self, step: Step) {
+        self.tracker.enter(step);
+    }
+
+    fn tensor(&mut self, tensor: &Tensor) {
+        (self.f)(self.tracker.entry(), tensor);
+    }
+
+    fn leave(&mut self) {
+        self.tracker.leave();
+    }
+}
+
+impl<F: FnMut(Entry<'_>, &mut Tensor)> VisitorMut for EntryVisitor<F> {
+    fn enter(&mut self, step: Step) {
+        self.tracker.enter(step);
+    }
+
+    fn tensor(&mut self, tensor: &mut Tensor) {
+        (self.f)(self.tracker.entry(), tensor);
+    }
+
+    fn leave(&mut self) {
+        self.tracker.leave();
+    }
+}
+
+/// Calls `f` with the [`Entry`] and tensor of every tensor of `module`, in walk order.
+///
+/// # Examples
+/// ```
+/// use nnx_core::{for_each_entry, nn::{Init, Linear}, DType};
+/// let layer = Linear::new(4, 2, true, DType::F32, Init::Meta);
+/// let mut names = Vec::new();
+/// for_each_entry(&layer, |entry, _| names.push(entry.name.to_string()));
+/// assert_eq!(names, ["weight", "bias"]);
+/// ```
+pub fn for_each_entry<M: Module + ?Sized>(module: &M, f: impl FnMut(Entry<'_>, &Tensor)) {
+    module.walk(&mut EntryVisitor { tracker: PathTracker::default(), f });
+}
+
+/// Calls `f` with the [`Entry`] and a mutable tensor of every tensor of `module`, in walk order.
+pub fn for_each_entry_mut<M: Module + ?Sized>(module: &mut M, f: impl FnMut(Entry<'_>, &mut Tensor)) {
+    module.walk_mut(&mut EntryVisitor { tracker: PathTracker::default(), f });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_drop_the_path() {
+        assert_eq!(short_type_name("a::b::Mlp"), "Mlp");
+        assert_eq!(short_type_name("a::Adam<x::Mlp>"), "Adam<x::Mlp>");
+        assert_eq!(short_type_name("Mlp"), "Mlp");
+    }
+}

@@ -1,0 +1,670 @@
+//! `Tensor`: a cheap handle to shared storage plus a layout (shape, strides, offset), with views
+//! that never copy, typed access, and float casts.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use crate::DType;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::storage::{AlignedBuf, ByteSource, Storage};
+
+/// Element count above which casts and copies are split across threads.
+const PARALLEL_ELEMENTS: usize = 1 << 16;
+
+/// An n-dimensional array of one [`DType`].
+///
+/// A `Tensor` is a handle: cloning it shares the storage. Views ([`transpose`](Tensor::transpose),
+/// [`narrow`](Tensor::narrow), [`split`](Tensor::split), ...) share it too and only change the
+/// layout. The storage is an owned buffer, bytes of a mapped file, or nothing at all for
+/// [meta](Tensor::meta) tensors, which carry a dtype and shape for building models before their
+/// weights are known.
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    dtype: DType,
+    shape: Vec<usize>,
+    /// Strides in elements, one per axis.
+    strides: Vec<usize>,
+    /// Offset of the first element, in elements.
+    offset: usize,
+}
+
+fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![0; shape.len()];
+    let mut step = 1usize;
+    for (stride, &size) in strides.iter_mut().zip(shape).rev() {
+        *stride = step;
+        step = step.saturating_mul(size);
+    }
+    strides
+}
+
+fn element_count(dtype: DType, shape: &[usize]) -> Result<usize> {
+    let count = shape.iter().try_fold(1usize, |acc, &size| acc.checked_mul(size));
+    let bytes = count.and_then(|count| dtype.storage_bytes(count as u64));
+    match (count, bytes) {
+        (Some(count), Some(bytes)) if bytes <= isize::MAX as u64 => Ok(count),
+        (Some(count), None) if !dtype.bits().is_multiple_of(8) => Ok(count),
+        _ => Err(Error::TooLarge { dtype, shape: shape.to_vec() }),
+    }
+}
+
+/// Packed byte length of `count` elements, rounding sub-byte dtypes up to whole bytes.
+fn packed_bytes(dtype: DType, count: usize) -> usize {
+    (count * dtype.bits()).div_ceil(8)
+}
+
+impl Tensor {
+    fn with_storage(storage: Storage, dtype: DType, shape: &[usize]) -> Tensor {
+        Tensor {
+            storage: Arc::new(storage),
+            dtype,
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: 0,
+        }
+    }
+
+    /// Builds a tensor that owns `data`, laid out row-major in `shape`.
+    ///
+    /// # Errors
+    /// [`Error::ElementCount`] when `data.len()` is not the product of `shape`.
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::Tensor;
+    /// let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+    /// assert_eq!(t.transpose(0, 1)?.contiguous().to_vec::<f32>()?, [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        let expected = element_count(T::DTYPE, shape)?;
+        if expected != data.len() {
+            return Err(Error::ElementCount { shape: shape.to_vec(), expected, found: data.len() });
+        }
+        let bytes: &[u8] = if T::DTYPE == DType::Bool {
+            // SAFETY: `T` is `bool` here (the only element type with dtype Bool), whose values are
+            // the bytes 0 and 1, so viewing the slice as bytes is sound.
+            unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), data.len()) }
+        } else {
+            // SAFETY: every other element type is a plain number without padding or invalid bit
+            // patterns, so its memory is `size_of::<T>() * len` initialised bytes.
+            unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data.as_slice())) }
+        };
+        Ok(Tensor::with_storage(Storage::Owned(AlignedBuf::from_bytes(bytes)), T::DTYPE, shape))
+    }
+
+    /// Builds an owned tensor from its packed row-major bytes.
+    ///
+    /// # Errors
+    /// [`Error::ByteLength`] when `bytes` is not the size `dtype` and `shape` need;
+    /// [`Error::InvalidBool`] for a BOOL byte other than 0 or 1.
+    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+        let count = element_count(dtype, shape)?;
+        let expected = packed_bytes(dtype, count);
+        if bytes.len() != expected {
+            return Err(Error::ByteLength {
+                dtype,
+                shape: shape.to_vec(),
+                expected: expected as u64,
+                found: bytes.len() as u64,
+            });
+        }
+        check_bools(dtype, bytes)?;
+        Ok(Tensor::with_storage(Storage::Owned(AlignedBuf::from_bytes(bytes)), dtype, shape))
+    }
+
+    /// Builds a tensor over `source.bytes()[start..start + len]` without copying: the tensor
+    /// keeps `source` alive. This is how tensors sit on the pages of a mapped file.
+    ///
+    /// # Errors
+    /// [`Error::SharedRange`] when the range is outside the source, [`Error::ByteLength`] when
+    /// it does not fit dtype and shape, [`Error::Misaligned`] when the first byte is not aligned
+    /// for `dtype` (copy those bytes with [`Tensor::from_bytes`] instead), and
+    /// [`Error::InvalidBool`] for a BOOL byte other than 0 or 1.
+    pub fn from_shared(
+        source: Arc<dyn ByteSource>,
+        start: usize,
+        len: usize,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<Tensor> {
+        let all = source.bytes();
+        let end = start.checked_add(len).filter(|&end| end <= all.len());
+        let Some(end) = end else {
+            return Err(Error::SharedRange { start, end: start.saturating_add(len), len: all.len() });
+        };
+        let count = element_count(dtype, shape)?;
+        let expected = packed_bytes(dtype, count);
+        if len != expected {
+            return Err(Error::ByteLength {
+                dtype,
+                shape: shape.to_vec(),
+                expected: expected as u64,
+                found: len as u64,
+            });
+        }
+        let address = all[start..].as_ptr() as usize;
+        if !address.is_multiple_of(dtype.alignment()) {
+            return Err(Error::Misaligned { dtype, address, alignment: dtype.alignment() });
+        }
+        check_bools(dtype, &all[start..end])?;
+        Ok(Tensor::with_storage(Storage::Shared { source, start, len }, dtype, shape))
+    }
+
+    /// A tensor of zeros (all bits zero, which is 0 for every numeric dtype and `false`).
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        let count = shape.iter().product::<usize>();
+        Tensor::with_storage(Storage::Owned(AlignedBuf::zeroed(packed_bytes(dtype, count))), dtype, shape)
+    }
+
+    /// A tensor with a dtype and a shape and no storage: building a model of meta tensors
+    /// allocates nothing, and importing into it later makes each tensor a view of the file.
+    pub fn meta(dtype: DType, shape: &[usize]) -> Tensor {
+        Tensor::with_storage(Storage::Meta, dtype, shape)
+    }
+
+    /// The size of each axis.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The strides of each axis, in elements.
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+
+    /// The offset of the first element in the storage, in elements.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes the elements take when packed (what a file stores).
+    pub fn byte_len(&self) -> usize {
+        packed_bytes(self.dtype, self.len())
+    }
+
+    /// Whether the tensor has no storage.
+    pub fn is_meta(&self) -> bool {
+        matches!(*self.storage, Storage::Meta)
+    }
+
+    /// Whether the tensor's elements are pages of a mapped file.
+    pub fn is_mapped(&self) -> bool {
+        matches!(&*self.storage, Storage::Shared { source, .. } if source.is_file_mapping())
+    }
+
+    /// Whether two tensors share one storage (views of each other, or clones).
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// Whether the elements lie row-major without gaps, so the tensor is one byte range.
+    pub fn is_contiguous(&self) -> bool {
+        let mut step = 1usize;
+        for (&size, &stride) in self.shape.iter().zip(&self.strides).rev() {
+            if size != 1 && stride != step {
+                return false;
+            }
+            step *= size;
+        }
+        true
+    }
+
+    fn check_axis(&self, axis: usize) -> Result<()> {
+        if axis < self.rank() {
+            Ok(())
+        } else {
+            Err(Error::AxisOutOfRange { axis, rank: self.rank(), shape: self.shape.clone() })
+        }
+    }
+
+    fn check_strided(&self, op: &'static str) -> Result<()> {
+        if self.dtype.size_in_bytes().is_some() { Ok(()) } else { Err(Error::SubByte { op, dtype: self.dtype }) }
+    }
+
+    /// A view with axes `a` and `b` swapped; nothing is copied.
+    ///
+    /// # Errors
+    /// [`Error::AxisOutOfRange`] for an axis past the rank; [`Error::SubByte`] for F4/F6.
+    pub fn transpose(&self, a: usize, b: usize) -> Result<Tensor> {
+        self.check_axis(a)?;
+        self.check_axis(b)?;
+        let mut axes: Vec<usize> = (0..self.rank()).collect();
+        axes.swap(a, b);
+        self.permute(&axes)
+    }
+
+    /// A view whose axis `i` is axis `axes[i]` of this tensor; nothing is copied.
+    ///
+    /// # Errors
+    /// [`Error::BadPermutation`] when `axes` is not a permutation of `0..rank`;
+    /// [`Error::SubByte`] for F4/F6.
+    pub fn permute(&self, axes: &[usize]) -> Result<Tensor> {
+        let mut seen = vec![false; self.rank()];
+        let valid = axes.len() == self.rank()
+            && axes.iter().all(|&axis| axis < seen.len() && !std::mem::replace(&mut seen[axis], true));
+        if !valid {
+            return Err(Error::BadPermutation { axes: axes.to_vec(), rank: self.rank(), shape: self.shape.clone() });
+        }
+        if axes.iter().enumerate().all(|(i, &axis)| i == axis) {
+            return Ok(self.clone());
+        }
+        self.check_strided("permute")?;
+        Ok(Tensor {
+            storage: self.storage.clone(),
+            dtype: self.dtype,
+            shape: axes.iter().map(|&axis| self.shape[axis]).collect(),
+            strides: axes.iter().map(|&axis| self.strides[axis]).collect(),
+            offset: self.offset,
+        })
+    }
+
+    /// A view of `len` indices of `axis` starting at `start`; nothing is copied.
+    ///
+    /// # Errors
+    /// [`Error::AxisOutOfRange`], [`Error::NarrowOutOfRange`]; [`Error::SubByte`] for F4/F6
+    /// unless the view is the whole tensor.
+    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Tensor> {
+        self.check_axis(axis)?;
+        let size = self.shape[axis];
+        if start.checked_add(len).is_none_or(|end| end > size) {
+            return Err(Error::NarrowOutOfRange { axis, start, len, size, shape: self.shape.clone() });
+        }
+        if start == 0 && len == size {
+            return Ok(self.clone());
+        }
+        self.check_strided("narrow")?;
+        let mut view = self.clone();
+        view.offset += start * self.strides[axis];
+        view.shape[axis] = len;
+        Ok(view)
+    }
+
+    /// `parts` equal views along `axis`, in order; nothing is copied.
+    ///
+    /// # Errors
+    /// [`Error::NotDivisible`] when `parts` is zero or does not divide the axis.
+    pub fn split(&self, axis: usize, parts: usize) -> Result<Vec<Tensor>> {
+        self.check_axis(axis)?;
+        let size = self.shape[axis];
+        if parts == 0 || !size.is_multiple_of(parts) {
+            return Err(Error::NotDivisible { axis, size, parts, shape: self.shape.clone() });
+        }
+        let piece = size / parts;
+        (0..parts).map(|index| self.narrow(axis, index * piece, piece)).collect()
+    }
+
+    /// The same elements in another shape: a view when the tensor is contiguous (or meta),
+    /// otherwise a contiguous copy first.
+    ///
+    /// # Errors
+    /// [`Error::Reshape`] when the element counts differ.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let to_len = element_count(self.dtype, shape)?;
+        if to_len != self.len() {
+            return Err(Error::Reshape { from: self.shape.clone(), from_len: self.len(), to: shape.to_vec(), to_len });
+        }
+        let base = self.contiguous();
+        Ok(Tensor {
+            storage: base.storage,
+            dtype: base.dtype,
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: base.offset,
+        })
+    }
+
+    /// This tensor if it is contiguous, otherwise an owned row-major copy of its elements.
+    /// Meta tensors stay meta (with row-major strides).
+    pub fn contiguous(&self) -> Tensor {
+        if self.is_contiguous() {
+            return self.clone();
+        }
+        if self.is_meta() {
+            return Tensor::meta(self.dtype, &self.shape);
+        }
+        let mut buf = AlignedBuf::zeroed(self.byte_len());
+        advise_huge_pages(buf.as_mut_bytes());
+        self.gather_into(buf.as_mut_bytes());
+        Tensor::with_storage(Storage::Owned(buf), self.dtype, &self.shape)
+    }
+
+    /// An owned, contiguous copy that shares nothing (detached from any file mapping).
+    /// A meta tensor stays meta.
+    pub fn copy(&self) -> Tensor {
+        if self.is_meta() {
+            return Tensor::meta(self.dtype, &self.shape);
+        }
+        let bytes = self.to_bytes_cow();
+        Tensor::with_storage(Storage::Owned(AlignedBuf::from_bytes(&bytes)), self.dtype, &self.shape)
+    }
+
+    /// The elements as packed row-major bytes: borrowed when the tensor is contiguous, copied
+    /// otherwise.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] for a meta tensor.
+    pub fn to_bytes(&self) -> Result<Cow<'_, [u8]>> {
+        if self.is_meta() {
+            return Err(Error::Meta { op: "to_bytes" });
+        }
+        Ok(self.to_bytes_cow())
+    }
+
+    fn to_bytes_cow(&self) -> Cow<'_, [u8]> {
+        let all = self.storage.bytes().expect("callers exclude meta tensors");
+        if self.is_contiguous() {
+            let start = packed_bytes(self.dtype, self.offset);
+            Cow::Borrowed(&all[start..start + self.byte_len()])
+        } else {
+            let mut out = vec![0u8; self.byte_len()];
+            self.gather_into(&mut out);
+            Cow::Owned(out)
+        }
+    }
+
+    /// Copies the elements of a strided (byte-sized) view row-major into `out`.
+    fn gather_into(&self, out: &mut [u8]) {
+        let size = self.dtype.size_in_bytes().expect("sub-byte tensors are always contiguous");
+        let all = self.storage.bytes().expect("callers exclude meta tensors");
+        if self.is_empty() {
+            return;
+        }
+        let rank = self.rank();
+        let inner = self.shape[rank - 1];
+        let inner_stride = self.strides[rank - 1];
+        let row_bytes = inner * size;
+        let rows = self.len() / inner;
+        let copy_row = |row: usize, dst: &mut [u8]| {
+            // Offset of the row's first element: decompose the row index over the outer axes.
+            let mut rest = row;
+            let mut at = self.offset;
+            for axis in (0..rank - 1).rev() {
+                at += (rest % self.shape[axis]) * self.strides[axis];
+                rest /= self.shape[axis];
+            }
+            if inner_stride == 1 {
+                dst.copy_from_slice(&all[at * size..at * size + row_bytes]);
+            } else {
+                for (i, chunk) in dst.chunks_exact_mut(size).enumerate() {
+                    let src = (at + i * inner_stride) * size;
+                    chunk.copy_from_slice(&all[src..src + size]);
+                }
+            }
+        };
+        if self.len() >= PARALLEL_ELEMENTS {
+            out.par_chunks_mut(row_bytes).enumerate().for_each(|(row, dst)| copy_row(row, dst));
+        } else {
+            for (row, dst) in out.chunks_mut(row_bytes).enumerate().take(rows) {
+                copy_row(row, dst);
+            }
+        }
+    }
+
+    /// The elements, row-major, as a `Vec<T>`.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] unless `T` is the tensor's dtype; [`Error::Meta`] for a meta
+    /// tensor.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::DTypeMismatch { expected: T::DTYPE, found: self.dtype });
+        }
+        let bytes = self.to_bytes()?;
+        let mut out: Vec<T> = Vec::with_capacity(self.len());
+        // SAFETY: `out` has capacity for `len` elements of `T`, and `bytes` holds exactly
+        // `len * size_of::<T>()` bytes (the dtype matches `T`). The bytes are a valid `T` each:
+        // plain numbers accept every bit pattern and BOOL bytes were checked to be 0 or 1 when
+        // the storage was built. The copy is bytewise, so alignment of `bytes` does not matter.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), bytes.len());
+            out.set_len(self.len());
+        }
+        Ok(out)
+    }
+
+    /// A contiguous tensor's elements as a slice of `T`, borrowed from the storage.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`], [`Error::Meta`]; `None`-like failure for non-contiguous views
+    /// is reported as [`Error::Meta`]-free: call [`Tensor::contiguous`] first.
+    pub fn as_slice<T: Element>(&self) -> Result<Option<&[T]>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::DTypeMismatch { expected: T::DTYPE, found: self.dtype });
+        }
+        if self.is_meta() {
+            return Err(Error::Meta { op: "as_slice" });
+        }
+        if !self.is_contiguous() {
+            return Ok(None);
+        }
+        let bytes = self.to_bytes_cow();
+        let Cow::Borrowed(bytes) = bytes else { return Ok(None) };
+        // SAFETY: the bytes are `len * size_of::<T>()` valid elements of `T` (see `to_vec`), and
+        // storage is aligned for `T`: owned buffers are 8-byte aligned and shared ranges were
+        // checked against the dtype's alignment when built; the offset is a whole element count.
+        Ok(Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), self.len()) }))
+    }
+
+    /// The same values in another float dtype (f16, bf16, f32, f64). The same dtype returns
+    /// this tensor unchanged (shared, no copy). Large tensors convert on all cores.
+    ///
+    /// # Errors
+    /// [`Error::NotCastable`] for any other pair of dtypes; bytes are never reinterpreted.
+    /// A meta tensor casts to a meta tensor of the new dtype.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        if !self.dtype.is_castable_float() || !dtype.is_castable_float() {
+            return Err(Error::NotCastable { from: self.dtype, to: dtype });
+        }
+        if self.is_meta() {
+            return Ok(Tensor::meta(dtype, &self.shape));
+        }
+        let source = self.contiguous();
+        let count = self.len();
+        let mut buf = AlignedBuf::zeroed(packed_bytes(dtype, count));
+        advise_huge_pages(buf.as_mut_bytes());
+        let input = source.to_bytes_cow();
+        convert(self.dtype, &input, dtype, buf.as_mut_bytes());
+        Ok(Tensor::with_storage(Storage::Owned(buf), dtype, &self.shape))
+    }
+}
+
+fn check_bools(dtype: DType, bytes: &[u8]) -> Result<()> {
+    if dtype == DType::Bool
+        && let Some((index, &value)) = bytes.iter().enumerate().find(|(_, b)| **b > 1)
+    {
+        return Err(Error::InvalidBool { index, value });
+    }
+    Ok(())
+}
+
+/// The size of a transparent huge page on the targets that [`advise_huge_pages`] serves.
+const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// Asks the kernel to back the huge-page-aligned part of a fresh buffer, before it is first
+/// written, with transparent huge pages where the system leaves them to `madvise` (the common
+/// default). A cast or gather fills every byte of its output, so this costs no memory; it
+/// replaces one page fault per 4 KiB with one per 2 MiB, which on a 1 GiB checkpoint is most of
+/// the time a cast to f32 takes. Only a hint: refusals are ignored and the bytes are unchanged.
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn advise_huge_pages(bytes: &mut [u8]) {
+    /// `MADV_HUGEPAGE` of the generic Linux ABI, which both targets above use.
+    const MADV_HUGEPAGE: i32 = 14;
+    unsafe extern "C" {
+        fn madvise(address: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+    }
+    let start = (bytes.as_ptr() as usize).next_multiple_of(HUGE_PAGE_BYTES);
+    let end = (bytes.as_ptr() as usize + bytes.len()) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
+    if end >= start + 2 * HUGE_PAGE_BYTES {
+        // SAFETY: `[start, end)` is page-aligned and lies inside `bytes`, which this function
+        // borrows mutably, so no other code uses that memory now. `MADV_HUGEPAGE` changes only
+        // which physical pages back the range, never its contents, and the result is ignored
+        // because a refusal leaves the buffer as it was.
+        unsafe {
+            madvise(start as *mut std::ffi::c_void, end - start, MADV_HUGEPAGE);
+        }
+    }
+}
+
+/// Elsewhere the hint is not given.
+#[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+fn advise_huge_pages(_bytes: &mut [u8]) {}
+
+/// Converts packed float elements between two castable float dtypes.
+fn convert(from: DType, input: &[u8], to: DType, output: &mut [u8]) {
+    let in_size = from.size_in_bytes().expect("castable floats are byte-sized");
+    let out_size = to.size_in_bytes().expect("castable floats are byte-sized");
+    let chunk = 1 << 14;
+    let count = input.len() / in_size;
+    if count >= PARALLEL_ELEMENTS {
+        input
+            .par_chunks(chunk * in_size)
+            .zip(output.par_chunks_mut(chunk * out_size))
+            .for_each(|(src, dst)| convert_chunk(from, src, to, dst));
+    } else {
+        convert_chunk(from, input, to, output);
+    }
+}
+
+/// Reads a slice of `T` from unaligned bytes, borrowing when the bytes happen to be aligned.
+fn pod_slice<T: bytemuck::Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(slice) => Cow::Borrowed(slice),
+        Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
+}
+
+fn convert_chunk(from: DType, input: &[u8], to: DType, output: &mut [u8]) {
+    use half::slice::HalfFloatSliceExt;
+    let out_words = output.len();
+    match (from, to) {
+        // bf16 is the top half of an f32: widening is a shift, exact for every value (NaN too).
+        (DType::BF16, DType::F32) => {
+            let src = pod_slice::<u16>(input);
+            let dst: &mut [u32] = bytemuck::cast_slice_mut(output);
+            for (d, &s) in dst.iter_mut().zip(src.iter()) {
+                *d = u32::from(s) << 16;
+            }
+        }
+        (DType::F16, DType::F32) => {
+            let src = pod_slice::<f16>(input);
+            src.convert_to_f32_slice(bytemuck::cast_slice_mut(output));
+        }
+        (DType::F32, DType::F16) => {
+            let src = pod_slice::<f32>(input);
+            bytemuck::cast_slice_mut::<u8, f16>(output).convert_from_f32_slice(&src);
+        }
+        (DType::F32, DType::BF16) => {
+            let src = pod_slice::<f32>(input);
+            bytemuck::cast_slice_mut::<u8, bf16>(output).convert_from_f32_slice(&src);
+        }
+        (DType::F16, DType::F64) => {
+            pod_slice::<f16>(input).convert_to_f64_slice(bytemuck::cast_slice_mut(output));
+        }
+        (DType::BF16, DType::F64) => {
+            pod_slice::<bf16>(input).convert_to_f64_slice(bytemuck::cast_slice_mut(output));
+        }
+        (DType::F64, DType::F16) => {
+            let src = pod_slice::<f64>(input);
+            bytemuck::cast_slice_mut::<u8, f16>(output).convert_from_f64_slice(&src);
+        }
+        (DType::F64, DType::BF16) => {
+            let src = pod_slice::<f64>(input);
+            bytemuck::cast_slice_mut::<u8, bf16>(output).convert_from_f64_slice(&src);
+        }
+        (DType::F32, DType::F64) => {
+            let dst: &mut [f64] = bytemuck::cast_slice_mut(output);
+            for (d, &s) in dst.iter_mut().zip(pod_slice::<f32>(input).iter()) {
+                *d = f64::from(s);
+            }
+        }
+        (DType::F64, DType::F32) => {
+            let dst: &mut [f32] = bytemuck::cast_slice_mut(output);
+            for (d, &s) in dst.iter_mut().zip(pod_slice::<f64>(input).iter()) {
+                *d = s as f32;
+            }
+        }
+        // f16 <-> bf16 go through f32, which holds both exactly.
+        (DType::F16 | DType::BF16, DType::BF16 | DType::F16) => {
+            let mut wide = vec![0u8; out_words * 2];
+            convert_chunk(from, input, DType::F32, &mut wide);
+            convert_chunk(DType::F32, &wide, to, output);
+        }
+        _ => unreachable!("`to_dtype` only converts among f16, bf16, f32 and f64"),
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tensor")
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("strides", &self.strides)
+            .field("offset", &self.offset)
+            .field("storage", &self.storage)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_share_storage() {
+        let t = Tensor::from_vec((0..24).map(|v| v as f32).collect(), &[2, 3, 4]).unwrap();
+        let v = t.transpose(0, 2).unwrap();
+        assert!(v.shares_storage(&t));
+        assert!(!v.is_contiguous());
+        assert_eq!(v.shape(), &[4, 3, 2]);
+        let parts = t.split(2, 2).unwrap();
+        assert_eq!(parts[1].contiguous().to_vec::<f32>().unwrap()[..2], [2.0, 3.0]);
+    }
+
+    #[test]
+    fn casts_between_floats() {
+        let t = Tensor::from_vec(vec![1.5f32, -2.25, 65504.0], &[3]).unwrap();
+        let h = t.to_dtype(DType::F16).unwrap();
+        assert_eq!(h.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(), [1.5, -2.25, 65504.0]);
+        let b = t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F64).unwrap();
+        assert_eq!(b.to_vec::<f64>().unwrap(), [1.5, -2.25, 65536.0]);
+        assert!(matches!(Tensor::zeros(DType::I32, &[2]).to_dtype(DType::F32), Err(Error::NotCastable { .. })));
+    }
+
+    #[test]
+    fn wrong_element_type_is_refused() {
+        let t = Tensor::zeros(DType::F32, &[2]);
+        assert!(matches!(t.to_vec::<i32>(), Err(Error::DTypeMismatch { .. })));
+        assert!(matches!(Tensor::meta(DType::F32, &[2]).to_vec::<f32>(), Err(Error::Meta { .. })));
+        assert!(matches!(Tensor::from_bytes(DType::Bool, &[2], &[0, 2]), Err(Error::InvalidBool { index: 1, .. })));
+    }
+}

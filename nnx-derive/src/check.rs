@@ -1,0 +1,237 @@
+//! The rules on what the attributes mean, alone and together: one function per rule, each
+//! recording its mistakes in the context on the offending token.
+
+use std::collections::HashMap;
+
+use crate::ast::{Container, Field};
+use crate::ctxt::Ctxt;
+
+/// Runs every rule on a parsed input.
+pub fn check(cx: &mut Ctxt, container: &Container<'_>) {
+    for field in &container.fields {
+        check_skip_alone(cx, field);
+        check_rename_is_segment(cx, field);
+        check_source_paths(cx, field);
+        check_split_needs_from(cx, field);
+        check_split_pieces(cx, field);
+        check_tie_alone(cx, field);
+    }
+    check_split_siblings(cx, container);
+    check_unique_segments(cx, container);
+}
+
+/// Why a dotted path is not valid, if it is not: it must be non-empty with non-empty segments.
+pub fn path_problem(path: &str) -> Option<&'static str> {
+    if path.is_empty() {
+        Some("is empty")
+    } else if path.starts_with('.') {
+        Some("starts with `.`")
+    } else if path.ends_with('.') {
+        Some("ends with `.`")
+    } else if path.contains("..") {
+        Some("has an empty segment (`..`)")
+    } else {
+        None
+    }
+}
+
+/// Why a single path segment is not valid, if it is not: non-empty, without `.`.
+pub fn segment_problem(segment: &str) -> Option<&'static str> {
+    if segment.is_empty() {
+        Some("is empty")
+    } else if segment.contains('.') {
+        Some("contains `.`, which separates segments")
+    } else {
+        None
+    }
+}
+
+/// A skipped field is not part of the state, so any other attribute on it would be ignored
+/// silently; every such attribute is an error.
+fn check_skip_alone(cx: &mut Ctxt, field: &Field<'_>) {
+    if field.attrs.skip.is_none() {
+        return;
+    }
+    for key in field.attrs.written.iter().filter(|key| **key != "skip") {
+        cx.error_spanned_by(
+            key,
+            format!("`{key}` has no effect on a skipped field: a `skip` field is not part of the state; remove `{key}` or `skip`"),
+        );
+    }
+}
+
+/// `rename` gives one path segment: it can be neither empty nor hold a `.`.
+fn check_rename_is_segment(cx: &mut Ctxt, field: &Field<'_>) {
+    let Some(rename) = &field.attrs.rename else { return };
+    if let Some(problem) = segment_problem(&rename.value()) {
+        cx.error_spanned_by(
+            &rename.lit,
+            format!("`rename` {problem}: it names one path segment, such as `rename = \"weight\"`"),
+        );
+    }
+}
+
+/// `from` and `tie` are dotted paths: non-empty, without empty segments.
+fn check_source_paths(cx: &mut Ctxt, field: &Field<'_>) {
+    for (attr, example) in [(&field.attrs.from, "from = \"attn.c_attn\""), (&field.attrs.tie, "tie = \"wte\"")] {
+        let Some(attr) = attr else { continue };
+        if let Some(problem) = path_problem(&attr.value()) {
+            cx.error_spanned_by(
+                &attr.lit,
+                format!("`{}` path {problem}: write segments joined by single dots, such as `{example}`", attr.key),
+            );
+        }
+    }
+}
+
+/// `split` cuts a fused source into pieces; without `from` the field's own name would be the
+/// fused source, which is never what a checkpoint means. (On a tied field, `split` is reported by
+/// [`check_tie_alone`] instead.)
+fn check_split_needs_from(cx: &mut Ctxt, field: &Field<'_>) {
+    let Some(split) = &field.attrs.split else { return };
+    if field.attrs.from.is_none() && field.attrs.tie.is_none() {
+        cx.error_spanned_by(
+            &split.key,
+            "`split` needs `from`: name the fused source, such as `#[nnx(from = \"c_attn\", split(...))]`",
+        );
+    }
+}
+
+/// A split has at least two parts and the index is one of them.
+fn check_split_pieces(cx: &mut Ctxt, field: &Field<'_>) {
+    let Some(split) = &field.attrs.split else { return };
+    let parts = split.parts.value;
+    if parts < 2 {
+        cx.error_spanned_by(
+            &split.parts.tokens,
+            format!("`parts = {parts}` is not a split: a fused source holds at least 2 parts"),
+        );
+    } else if split.index.value >= parts {
+        cx.error_spanned_by(
+            &split.index.tokens,
+            format!(
+                "`index = {}` is out of range: with `parts = {parts}` it is one of 0..={}",
+                split.index.value,
+                parts - 1
+            ),
+        );
+    }
+}
+
+/// A tied field is not read from the file (it shares another field's tensor), so attributes on
+/// how to read it would be ignored silently.
+fn check_tie_alone(cx: &mut Ctxt, field: &Field<'_>) {
+    let Some(tie) = &field.attrs.tie else { return };
+    let attrs = &field.attrs;
+    let keys = [
+        attrs.from.as_ref().map(|from| &from.key),
+        attrs.split.as_ref().map(|split| &split.key),
+        attrs.transpose.as_ref(),
+        attrs.optional.as_ref(),
+    ];
+    for key in keys.into_iter().flatten() {
+        cx.error_spanned_by(
+            key,
+            format!(
+                "`{key}` has no effect on a tied field: it is not read from the file, it shares the tensor of `{}`; \
+                 remove `{key}` or `tie`",
+                tie.value()
+            ),
+        );
+    }
+}
+
+/// Fields that split the same source must agree on how it is cut (`parts` and `axis`) and take
+/// different pieces of it. The later field is reported, naming the earlier one.
+fn check_split_siblings(cx: &mut Ctxt, container: &Container<'_>) {
+    let mut first_by_source: HashMap<String, &Field<'_>> = HashMap::new();
+    let mut index_by_source: HashMap<(String, usize), &Field<'_>> = HashMap::new();
+    for field in container.fields.iter().filter(|field| field.is_walked()) {
+        let (Some(split), Some(from)) = (&field.attrs.split, &field.attrs.from) else { continue };
+        let source = from.value();
+        let first = *first_by_source.entry(source.clone()).or_insert(field);
+        if let Some(first_split) = first.attrs.split.as_ref().filter(|_| !std::ptr::eq(first, field)) {
+            if first_split.parts.value != split.parts.value {
+                cx.error_spanned_by(
+                    &split.parts.tokens,
+                    format!(
+                        "`{source}` is split into {} parts by field `{}` but into {} here: siblings must use the same `parts`",
+                        first_split.parts.value, first.name, split.parts.value
+                    ),
+                );
+            }
+            if first_split.axis.value != split.axis.value {
+                cx.error_spanned_by(
+                    &split.axis.tokens,
+                    format!(
+                        "`{source}` is split along axis {} by field `{}` but along axis {} here: siblings must use the same `axis`",
+                        first_split.axis.value, first.name, split.axis.value
+                    ),
+                );
+            }
+        }
+        match index_by_source.get(&(source.clone(), split.index.value)) {
+            Some(earlier) => cx.error_spanned_by(
+                &split.index.tokens,
+                format!(
+                    "piece {} of `{source}` is already taken by field `{}`: each sibling takes a different `index`",
+                    split.index.value, earlier.name
+                ),
+            ),
+            None => {
+                index_by_source.insert((source, split.index.value), field);
+            }
+        }
+    }
+}
+
+/// Names are distinct: two walked fields with the same path segment (through `rename`) would
+/// give two tensors one name.
+fn check_unique_segments(cx: &mut Ctxt, container: &Container<'_>) {
+    let mut seen: HashMap<String, &Field<'_>> = HashMap::new();
+    for field in container.fields.iter().filter(|field| field.is_walked()) {
+        let segment = field.segment();
+        match seen.get(&segment) {
+            Some(earlier) => {
+                let message = format!(
+                    "path segment `{segment}` is already used by field `{}`: each field needs its own; rename one of them",
+                    earlier.name
+                );
+                match &field.attrs.rename {
+                    Some(rename) => cx.error_spanned_by(&rename.lit, message),
+                    None => match &field.member {
+                        syn::Member::Named(ident) => cx.error_spanned_by(ident, message),
+                        syn::Member::Unnamed(_) => cx.error_spanned_by(field.ty, message),
+                    },
+                }
+            }
+            None => {
+                seen.insert(segment, field);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(path_problem("a.b"), None);
+        assert_eq!(path_problem("h.0.attn"), None);
+        assert_eq!(path_problem("a"), None);
+        assert_eq!(path_problem(""), Some("is empty"));
+        assert_eq!(path_problem(".a"), Some("starts with `.`"));
+        assert_eq!(path_problem("a."), Some("ends with `.`"));
+        assert_eq!(path_problem("a..b"), Some("has an empty segment (`..`)"));
+    }
+
+    #[test]
+    fn segments() {
+        assert_eq!(segment_problem("weight"), None);
+        assert_eq!(segment_problem("0"), None);
+        assert_eq!(segment_problem(""), Some("is empty"));
+        assert_eq!(segment_problem("a.b"), Some("contains `.`, which separates segments"));
+    }
+}

@@ -1,0 +1,510 @@
+//! `Archive`: named tensors from SafeTensors files (mapped, not read), shards or modules, with
+//! strict prefix-scoped loading that validates everything before reading a byte.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nnx_core::{
+    DType, FlatStateDict, LoadError, Module, Tensor, TensorSpec, compare_specs, for_each_entry, for_each_entry_mut,
+    join, module_specs, suggest, under_prefix,
+};
+
+use crate::error::{Error, Result};
+use crate::index::{Shard, ShardIndex};
+use crate::mapped::MappedFile;
+
+/// Where an entry's data is.
+#[derive(Clone)]
+enum Slot {
+    /// A tensor in memory (from a module, or built by hand).
+    Tensor(Tensor),
+    /// Entry `at` of a mapped file.
+    File { file: Arc<MappedFile>, at: usize },
+    /// An entry of a shard that is opened when first needed.
+    Shard(Arc<Shard>),
+}
+
+/// An entry found in an archive, ready to read.
+#[derive(Clone, Copy)]
+enum Located<'a> {
+    Tensor(&'a Tensor),
+    File(&'a Arc<MappedFile>, usize),
+}
+
+impl Located<'_> {
+    fn spec(&self) -> (DType, &[usize]) {
+        match self {
+            Located::Tensor(tensor) => (tensor.dtype(), tensor.shape()),
+            Located::File(file, at) => {
+                let entry = file.entry(*at);
+                (entry.dtype, &entry.shape)
+            }
+        }
+    }
+
+    fn tensor(&self) -> Result<Tensor> {
+        match self {
+            Located::Tensor(tensor) => Ok((*tensor).clone()),
+            Located::File(file, at) => file.tensor(*at),
+        }
+    }
+}
+
+/// Where an entry's bytes lie in a file, for listings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryLocation {
+    /// The file.
+    pub path: PathBuf,
+    /// Byte offsets `[begin, end)` relative to the data section.
+    pub data_offsets: (usize, usize),
+    /// Offset of the first byte in the file.
+    pub file_offset: usize,
+}
+
+/// What an archive says about one entry without reading it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryInfo {
+    /// Full name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Stored bytes.
+    pub bytes: usize,
+    /// Where the bytes are, for entries backed by a file.
+    pub location: Option<EntryLocation>,
+}
+
+/// A set of named tensors, stored in a SafeTensors file, a sharded checkpoint, or memory.
+///
+/// Opening maps files and reads only headers: entries aligned for their dtype become tensors
+/// over the mapped pages ([`Tensor::is_mapped`]) with nothing copied; the others are copied on
+/// first use. Names are listed in the order of the header (walk order for files nnx wrote).
+///
+/// ```
+/// use nnx_core::nn::{Init, Linear};
+/// use nnx_core::DType;
+/// use nnx_io::Archive;
+///
+/// let dir = std::env::temp_dir().join(format!("nnx-doc-archive-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let path = dir.join("layer.safetensors");
+/// let layer = Linear::new(3, 2, true, DType::F32, Init::Seeded(0));
+/// Archive::from_module(&layer, "head").save(&path)?;
+///
+/// let mut restored = Linear::new(3, 2, true, DType::F32, Init::Meta);
+/// let archive = Archive::open(&path)?;
+/// archive.load_into(&mut restored, "head")?;
+/// assert!(restored.weight.is_mapped());
+/// assert_eq!(restored.weight.to_vec::<f32>()?, layer.weight.to_vec::<f32>()?);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Archive {
+    names: Vec<String>,
+    slots: HashMap<String, Slot>,
+    metadata: BTreeMap<String, String>,
+    origin: String,
+}
+
+impl fmt::Debug for Archive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Archive").field("origin", &self.origin).field("entries", &self.names.len()).finish()
+    }
+}
+
+impl Archive {
+    /// An empty archive.
+    pub fn new() -> Archive {
+        Archive { origin: "the archive".into(), ..Archive::default() }
+    }
+
+    /// Opens a `.safetensors` file, a shard index (`*.index.json`) or a folder holding one of
+    /// them (`model.safetensors.index.json`, then `model.safetensors`, then any single index,
+    /// then every `*.safetensors` file as a union).
+    ///
+    /// Files are mapped, not read: opening costs a header parse. A shard is opened only when
+    /// one of its entries is needed. Mapped files must not be changed in place by another
+    /// program while tensors from them are alive (nnx itself never does: saves write a new
+    /// file and rename it).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the path cannot be opened, [`Error::NotSafeTensors`] for other formats
+    /// (saying what the file looks like), [`Error::Header`] for a header that breaks the
+    /// specification, [`Error::Index`] for an unusable index, [`Error::EmptyFolder`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
+        let path = path.as_ref();
+        let meta = std::fs::metadata(path).map_err(Error::io("open", path))?;
+        if meta.is_dir() {
+            return Archive::open_folder(path);
+        }
+        if path.extension().is_some_and(|ext| ext == "json") {
+            return Archive::open_index(path);
+        }
+        Ok(Archive::from_file(MappedFile::open(path)?))
+    }
+
+    fn open_folder(dir: &Path) -> Result<Archive> {
+        for name in ["model.safetensors.index.json", "model.safetensors"] {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Archive::open(candidate);
+            }
+        }
+        let mut indexes = Vec::new();
+        let mut files = Vec::new();
+        for item in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
+            let path = item.map_err(Error::io("list", dir))?.path();
+            let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+            if name.ends_with(".safetensors.index.json") {
+                indexes.push(path);
+            } else if name.ends_with(".safetensors") && path.is_file() {
+                files.push(path);
+            }
+        }
+        if indexes.len() == 1 {
+            return Archive::open(&indexes[0]);
+        }
+        if files.is_empty() {
+            return Err(Error::EmptyFolder { path: dir.to_path_buf() });
+        }
+        files.sort();
+        let mut archive = Archive::union(files.iter().map(Archive::open).collect::<Result<Vec<_>>>()?)?;
+        archive.origin = format!("`{}`", dir.display());
+        Ok(archive)
+    }
+
+    fn open_index(path: &Path) -> Result<Archive> {
+        let index = Arc::new(ShardIndex::read(path)?);
+        let mut archive = Archive { origin: format!("`{}`", path.display()), ..Archive::default() };
+        archive.metadata = index.metadata.clone();
+        let shards: Vec<Arc<Shard>> =
+            (0..index.shards.len()).map(|at| Arc::new(Shard::new(index.clone(), at))).collect();
+        for (name, shard) in &index.weight_map {
+            archive.names.push(name.clone());
+            archive.slots.insert(name.clone(), Slot::Shard(shards[*shard].clone()));
+        }
+        Ok(archive)
+    }
+
+    fn from_file(file: Arc<MappedFile>) -> Archive {
+        let mut archive = Archive {
+            origin: format!("`{}`", file.path.display()),
+            metadata: file.header.metadata.clone(),
+            names: Vec::with_capacity(file.header.entries.len()),
+            slots: HashMap::with_capacity(file.header.entries.len()),
+        };
+        for (at, entry) in file.header.entries.iter().enumerate() {
+            archive.names.push(entry.name.clone());
+            archive.slots.insert(entry.name.clone(), Slot::File { file: file.clone(), at });
+        }
+        archive
+    }
+
+    /// The tensors of `module`, named by their paths under `prefix` (`""` for none). Tensors
+    /// are shared, not copied.
+    pub fn from_module<M: Module + ?Sized>(module: &M, prefix: &str) -> Archive {
+        let mut archive = Archive::new();
+        for_each_entry(module, |entry, tensor| archive.insert(join(prefix, entry.name), tensor.clone()));
+        archive
+    }
+
+    /// The tensors of a state dict, in its order.
+    pub fn from_flat_state_dict(dict: &FlatStateDict) -> Archive {
+        let mut archive = Archive::new();
+        for (name, tensor) in dict.iter() {
+            archive.insert(name, tensor.clone());
+        }
+        archive
+    }
+
+    /// Adds or replaces one entry.
+    pub fn insert(&mut self, name: impl Into<String>, tensor: Tensor) {
+        let name = name.into();
+        if self.slots.insert(name.clone(), Slot::Tensor(tensor)).is_none() {
+            self.names.push(name);
+        }
+    }
+
+    /// Sets one metadata value (saved in `__metadata__`).
+    pub fn set_metadata(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.metadata.insert(key.into(), value.into());
+    }
+
+    /// Joins archives into one (for example a model file and a file of extra entries).
+    ///
+    /// # Errors
+    /// [`Error::Duplicate`] when a name is in two of them; metadata keys keep the first value.
+    pub fn union(archives: impl IntoIterator<Item = Archive>) -> Result<Archive> {
+        let mut joined = Archive::new();
+        let mut origins: HashMap<String, String> = HashMap::new();
+        let mut described = Vec::new();
+        for archive in archives {
+            for name in &archive.names {
+                if let Some(first) = origins.get(name) {
+                    return Err(Error::Duplicate {
+                        name: name.clone(),
+                        first: first.clone(),
+                        second: archive.origin.clone(),
+                    });
+                }
+                origins.insert(name.clone(), archive.origin.clone());
+                joined.names.push(name.clone());
+                joined.slots.insert(name.clone(), archive.slots[name].clone());
+            }
+            for (key, value) in &archive.metadata {
+                joined.metadata.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+            described.push(archive.origin);
+        }
+        joined.origin = if described.is_empty() { "the archive".into() } else { described.join(" + ") };
+        Ok(joined)
+    }
+
+    /// The entries named `prefix` or `prefix.*`, names kept whole.
+    pub fn select(&self, prefix: &str) -> Archive {
+        let mut selected =
+            Archive { metadata: self.metadata.clone(), origin: self.origin.clone(), ..Archive::default() };
+        for name in self.names.iter().filter(|name| under_prefix(name, prefix).is_some()) {
+            selected.names.push(name.clone());
+            selected.slots.insert(name.clone(), self.slots[name].clone());
+        }
+        selected
+    }
+
+    /// Describes where the archive came from, for messages (a quoted path, or `the archive`).
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The entry names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.names.iter().map(String::as_str)
+    }
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Whether the archive has an entry `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.slots.contains_key(name)
+    }
+
+    /// The `__metadata__` strings (for shard indexes, the index's `metadata`).
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.metadata
+    }
+
+    fn locate(&self, name: &str) -> Result<Option<Located<'_>>> {
+        Ok(match self.slots.get(name) {
+            None => None,
+            Some(Slot::Tensor(tensor)) => Some(Located::Tensor(tensor)),
+            Some(Slot::File { file, at }) => Some(Located::File(file, *at)),
+            Some(Slot::Shard(shard)) => {
+                let (file, at) = shard.locate(name)?;
+                Some(Located::File(file, at))
+            }
+        })
+    }
+
+    /// Dtype and shape of `name` from headers, `None` when there is no such entry.
+    pub(crate) fn spec(&self, name: &str) -> Result<Option<(DType, Vec<usize>)>> {
+        Ok(self.locate(name)?.map(|located| {
+            let (dtype, shape) = located.spec();
+            (dtype, shape.to_vec())
+        }))
+    }
+
+    fn no_entry(&self, name: &str) -> Error {
+        Error::NoEntry { origin: self.origin.clone(), name: name.to_string(), suggestion: suggest(name, self.names()) }
+    }
+
+    fn require(&self, name: &str) -> Result<Located<'_>> {
+        self.locate(name)?.ok_or_else(|| self.no_entry(name))
+    }
+
+    /// The entry `name` as stored: over the mapped file when possible. `None` when there is no
+    /// such entry or it cannot be read; [`Archive::try_get`] says why.
+    pub fn get(&self, name: &str) -> Option<Tensor> {
+        self.try_get(name).ok()
+    }
+
+    /// The entry `name` as stored.
+    ///
+    /// # Errors
+    /// [`Error::NoEntry`] (with a did-you-mean suggestion), or the error of opening its shard.
+    pub fn try_get(&self, name: &str) -> Result<Tensor> {
+        self.require(name)?.tensor()
+    }
+
+    /// Dtype, shape, size and location of one entry, from headers only.
+    ///
+    /// # Errors
+    /// As [`Archive::try_get`].
+    pub fn info(&self, name: &str) -> Result<EntryInfo> {
+        let located = self.require(name)?;
+        let (dtype, shape) = located.spec();
+        let (bytes, location) = match &located {
+            Located::Tensor(tensor) => (tensor.byte_len(), None),
+            Located::File(file, at) => {
+                let entry = file.entry(*at);
+                let location = EntryLocation {
+                    path: file.path.clone(),
+                    data_offsets: (entry.begin, entry.end),
+                    file_offset: file.header.data_start + entry.begin,
+                };
+                (entry.end - entry.begin, Some(location))
+            }
+        };
+        Ok(EntryInfo { name: name.to_string(), dtype, shape: shape.to_vec(), bytes, location })
+    }
+
+    /// The entry `name`, which must have exactly `dtype` and `shape`.
+    ///
+    /// # Errors
+    /// [`Error::NoEntry`], or [`Error::EntryMismatch`] saying what is stored.
+    pub fn tensor(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+        let located = self.require(name)?;
+        let (found_dtype, found_shape) = located.spec();
+        if found_dtype != dtype || found_shape != shape {
+            return Err(self.mismatch(name, dtype, shape, found_dtype, found_shape));
+        }
+        located.tensor()
+    }
+
+    /// The float entry `name` with `shape`, cast to `dtype` when stored in another float dtype
+    /// (f16, bf16, f32, f64); never a reinterpretation of bytes.
+    ///
+    /// # Errors
+    /// [`Error::NoEntry`], [`Error::NotFloat`] for non-float entries or targets,
+    /// [`Error::EntryMismatch`] for another shape.
+    pub fn float(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+        let located = self.require(name)?;
+        let (found_dtype, found_shape) = located.spec();
+        if !found_dtype.is_castable_float() || !dtype.is_castable_float() {
+            let dtype = if found_dtype.is_castable_float() { dtype } else { found_dtype };
+            return Err(Error::NotFloat { origin: self.origin.clone(), name: name.to_string(), dtype });
+        }
+        if found_shape != shape {
+            return Err(self.mismatch(name, dtype, shape, found_dtype, found_shape));
+        }
+        Ok(located.tensor()?.to_dtype(dtype)?)
+    }
+
+    fn mismatch(&self, name: &str, dtype: DType, shape: &[usize], found_dtype: DType, found_shape: &[usize]) -> Error {
+        Error::EntryMismatch {
+            origin: self.origin.clone(),
+            name: name.to_string(),
+            expected_dtype: dtype,
+            expected_shape: shape.to_vec(),
+            found_dtype,
+            found_shape: found_shape.to_vec(),
+        }
+    }
+
+    /// Dtype and shape of every entry under `prefix`, from headers (opening the shards that
+    /// hold them and no others).
+    pub fn specs(&self, prefix: &str) -> Result<Vec<TensorSpec>> {
+        let mut specs = Vec::new();
+        for name in self.names.iter().filter(|name| under_prefix(name, prefix).is_some()) {
+            let located = self.require(name)?;
+            let (dtype, shape) = located.spec();
+            specs.push(TensorSpec { name: name.clone(), dtype, shape: shape.to_vec() });
+        }
+        Ok(specs)
+    }
+
+    /// Every entry as a flat state dict (tensors over the mapped file where possible).
+    ///
+    /// # Errors
+    /// The error of opening a shard, or of reading invalid BOOL data.
+    pub fn to_flat_state_dict(&self) -> Result<FlatStateDict> {
+        self.names.iter().map(|name| Ok((name.clone(), self.try_get(name)?))).collect()
+    }
+
+    /// Loads `module` from the entries under `prefix` (`""` for all), strictly: every module
+    /// tensor must be there with its exact dtype and shape, and every entry under the prefix
+    /// must belong to the module. Entries outside the prefix are ignored.
+    ///
+    /// Everything is checked from headers before any tensor byte is read; on failure the
+    /// module is unchanged and the error lists every problem with did-you-mean suggestions.
+    /// Loaded tensors are views of the mapped file (copies only for unaligned entries).
+    ///
+    /// # Errors
+    /// [`Error::Load`] with every problem, or the error of opening a shard.
+    pub fn load_into<M: Module + ?Sized>(&self, module: &mut M, prefix: &str) -> Result<()> {
+        let mut expected = module_specs(module);
+        for spec in &mut expected {
+            spec.name = join(prefix, &spec.name);
+        }
+        let found = self.specs(prefix)?;
+        let problems = compare_specs(&expected, &found, true);
+        if !problems.is_empty() {
+            let source = self.origin.clone();
+            return Err(LoadError { source, target: module.module_name().into(), problems }.into());
+        }
+        let tensors = expected.iter().map(|spec| self.try_get(&spec.name)).collect::<Result<Vec<_>>>()?;
+        let mut tensors = tensors.into_iter();
+        for_each_entry_mut(module, |_, tensor| {
+            if let Some(loaded) = tensors.next() {
+                *tensor = loaded;
+            }
+        });
+        Ok(())
+    }
+
+    /// Every entry in order with what a writer needs; meta tensors are refused here, before
+    /// anything is written.
+    pub(crate) fn write_items(&self) -> Result<Vec<WriteItem<'_>>> {
+        let mut items = Vec::with_capacity(self.names.len());
+        for name in &self.names {
+            let source = self.require(name)?;
+            let (dtype, shape) = source.spec();
+            let bytes = match &source {
+                Located::Tensor(tensor) if tensor.is_meta() => {
+                    return Err(Error::Unsavable {
+                        name: name.clone(),
+                        reason:
+                            "it is a meta tensor (dtype and shape only, no data): load or import weights before saving"
+                                .into(),
+                    });
+                }
+                Located::Tensor(tensor) => tensor.byte_len(),
+                Located::File(file, at) => file.entry_bytes(*at).len(),
+            };
+            items.push(WriteItem { name, dtype, shape: shape.to_vec(), bytes, source });
+        }
+        Ok(items)
+    }
+}
+
+/// One entry on its way into a file.
+pub(crate) struct WriteItem<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) dtype: DType,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) bytes: usize,
+    source: Located<'a>,
+}
+
+impl<'a> WriteItem<'a> {
+    /// The entry's packed bytes: borrowed from the mapping or a contiguous tensor.
+    pub(crate) fn data(&self) -> Result<Cow<'a, [u8]>> {
+        match self.source {
+            Located::Tensor(tensor) => Ok(tensor.to_bytes()?),
+            Located::File(file, at) => Ok(Cow::Borrowed(file.entry_bytes(at))),
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The error type of nnx-io: every variant names the file and entry, says what was expected
+//! and found, and says what to do.
+
+use std::path::PathBuf;
+
+use nnx_core::DType;
+
+use crate::header::HeaderProblem;
+use crate::sniff::FileKind;
+
+/// Result with the nnx-io [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong reading or writing archives.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The operating system refused a file operation.
+    #[error("cannot {action} `{path}`: {source}")]
+    Io {
+        /// What was being done (`open`, `map`, `write`, ...).
+        action: &'static str,
+        /// The file or folder.
+        path: PathBuf,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// The file is some other format.
+    #[error("`{path}` is not a SafeTensors file: it looks like {kind}; {}", kind.advice())]
+    NotSafeTensors {
+        /// The file.
+        path: PathBuf,
+        /// What it looks like instead.
+        kind: FileKind,
+    },
+    /// The header breaks the SafeTensors specification.
+    #[error("`{path}` has an invalid SafeTensors header: {problem}")]
+    Header {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: HeaderProblem,
+    },
+    /// A sharded index that cannot be used.
+    #[error("`{path}` is not a usable shard index: {reason}")]
+    Index {
+        /// The index file.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+    /// A shard named by an index is not there.
+    #[error("shard `{shard}` named by `{index}` does not exist: download or copy the missing shard next to the index")]
+    MissingShard {
+        /// The index file.
+        index: PathBuf,
+        /// The missing shard.
+        shard: PathBuf,
+    },
+    /// A shard that disagrees with its index.
+    #[error("shard `{shard}` disagrees with `{index}`: {reason}")]
+    ShardMismatch {
+        /// The index file.
+        index: PathBuf,
+        /// The shard.
+        shard: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A folder with nothing nnx can open.
+    #[error(
+        "`{path}` holds no `model.safetensors`, shard index or `*.safetensors` file: pass the path of the weights file"
+    )]
+    EmptyFolder {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// The same name in two archives joined together.
+    #[error("`{name}` is in both {first} and {second}: a name may be defined once; rename or drop one of them")]
+    Duplicate {
+        /// The entry name.
+        name: String,
+        /// Where it was found first.
+        first: String,
+        /// Where it was found again.
+        second: String,
+    },
+    /// An entry that is not in the archive.
+    #[error("{origin} has no entry `{name}`{}", suggestion.as_ref().map(|near| format!(" (did you mean `{near}`?)")).unwrap_or_default())]
+    NoEntry {
+        /// The archive.
+        origin: String,
+        /// The name asked for.
+        name: String,
+        /// A near-miss name the archive does have.
+        suggestion: Option<String>,
+    },
+    /// An entry whose dtype or shape is not what the caller asked for.
+    #[error("`{name}` in {origin}: expected {expected_dtype} {expected_shape:?}, found {found_dtype} {found_shape:?}")]
+    EntryMismatch {
+        /// The archive.
+        origin: String,
+        /// The entry.
+        name: String,
+        /// The dtype asked for.
+        expected_dtype: DType,
+        /// The shape asked for.
+        expected_shape: Vec<usize>,
+        /// The dtype stored.
+        found_dtype: DType,
+        /// The shape stored.
+        found_shape: Vec<usize>,
+    },
+    /// A float was asked for but the entry holds something else.
+    #[error(
+        "`{name}` in {origin} is {dtype}, not a float that casts (F16, BF16, F32, F64): read it with `tensor` as stored"
+    )]
+    NotFloat {
+        /// The archive.
+        origin: String,
+        /// The entry.
+        name: String,
+        /// The stored dtype.
+        dtype: DType,
+    },
+    /// An archive that cannot be written as SafeTensors.
+    #[error("cannot save `{name}`: {reason}")]
+    Unsavable {
+        /// The entry.
+        name: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// Entry data that is not valid for its dtype (a BOOL byte other than 0 or 1).
+    #[error("`{name}` in `{path}` holds invalid data: {source}")]
+    Data {
+        /// The file.
+        path: PathBuf,
+        /// The entry.
+        name: String,
+        /// What is wrong with the data.
+        source: Box<nnx_core::Error>,
+    },
+    /// An import that found problems; the model was left unchanged.
+    #[error(transparent)]
+    Import(#[from] crate::import::ImportError),
+    /// A model that cannot be written back in its source layout.
+    #[error("cannot export `{target}`: {}", problems.join("; "))]
+    Export {
+        /// The model's type name.
+        target: String,
+        /// Every problem.
+        problems: Vec<String>,
+    },
+    /// A configuration file that cannot be used.
+    #[error("`{path}` is not a usable model configuration: {reason}")]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A load that found problems; the module was left unchanged.
+    #[error(transparent)]
+    Load(#[from] nnx_core::LoadError),
+    /// A tensor operation failed.
+    #[error(transparent)]
+    Tensor(#[from] nnx_core::Error),
+}
+
+impl Error {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { action, path, source }
+    }
+}

@@ -1,0 +1,436 @@
+//! Parsing and validating a SafeTensors header in one pass over its JSON: entry order kept,
+//! duplicate and empty names caught, every offset checked with checked arithmetic, and no
+//! allocation sized by what the file claims.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+
+use nnx_core::DType;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
+
+/// The largest header accepted, as in the reference implementation.
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// One tensor entry of a header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderEntry {
+    /// The entry's name.
+    pub name: String,
+    /// Its dtype.
+    pub dtype: DType,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// First byte, relative to the start of the data section.
+    pub begin: usize,
+    /// One past the last byte, relative to the start of the data section.
+    pub end: usize,
+}
+
+/// A parsed, validated header.
+#[derive(Debug, Clone, Default)]
+pub struct Header {
+    /// Offset of the data section in the file (8 + header length).
+    pub data_start: usize,
+    /// Entries in the order the header lists them.
+    pub entries: Vec<HeaderEntry>,
+    /// `__metadata__` (empty when absent or `null`).
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// What is wrong with a header. Each message says what was found and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeaderProblem {
+    /// The file is empty.
+    Empty,
+    /// Fewer than the 8 bytes of the length prefix.
+    TooShort {
+        /// Bytes in the file.
+        len: usize,
+    },
+    /// A header length over [`MAX_HEADER_BYTES`].
+    TooLarge {
+        /// The declared length.
+        declared: u64,
+    },
+    /// A header length that runs past the end of the file.
+    PastEnd {
+        /// The declared length.
+        declared: u64,
+        /// Bytes in the file.
+        file_len: usize,
+    },
+    /// The header is not UTF-8.
+    InvalidUtf8 {
+        /// Byte offset in the header of the first invalid byte.
+        at: usize,
+    },
+    /// The header is not JSON, or not an object.
+    InvalidJson {
+        /// The parser's message.
+        message: String,
+    },
+    /// A name used twice.
+    DuplicateName {
+        /// The name.
+        name: String,
+    },
+    /// An entry named `""`.
+    EmptyName,
+    /// An entry that is not `{"dtype", "shape", "data_offsets"}`.
+    BadEntry {
+        /// The entry.
+        name: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A dtype the format does not define.
+    UnknownDType {
+        /// The entry.
+        name: String,
+        /// The dtype text.
+        dtype: String,
+    },
+    /// `__metadata__` that is not an object of strings.
+    BadMetadata {
+        /// The metadata key at fault, if one.
+        key: Option<String>,
+        /// What the value was.
+        found: String,
+    },
+    /// A shape whose element or byte count overflows.
+    Overflow {
+        /// The entry.
+        name: String,
+        /// Its shape.
+        shape: Vec<u64>,
+    },
+    /// Sub-byte elements that do not fill whole bytes.
+    PartialByte {
+        /// The entry.
+        name: String,
+        /// Its dtype.
+        dtype: DType,
+        /// Its shape.
+        shape: Vec<usize>,
+    },
+    /// `data_offsets` with end before begin.
+    Reversed {
+        /// The entry.
+        name: String,
+        /// Declared begin.
+        begin: u64,
+        /// Declared end.
+        end: u64,
+    },
+    /// Offsets whose length disagrees with dtype and shape.
+    ByteLength {
+        /// The entry.
+        name: String,
+        /// Its dtype.
+        dtype: DType,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// Bytes dtype and shape need.
+        expected: u64,
+        /// Bytes the offsets span.
+        found: u64,
+    },
+    /// Bytes no entry covers.
+    Hole {
+        /// The entry after the gap.
+        name: String,
+        /// Where the data should have continued.
+        expected: usize,
+        /// Where the entry starts.
+        found: usize,
+    },
+    /// Two entries sharing bytes.
+    Overlap {
+        /// The later entry.
+        name: String,
+        /// The entry it overlaps.
+        other: String,
+    },
+    /// Entry data past the end of the file.
+    DataPastEnd {
+        /// The entry.
+        name: String,
+        /// Its end, as a file offset.
+        end: u64,
+        /// Bytes in the file.
+        file_len: usize,
+    },
+    /// Bytes after the last entry.
+    Trailing {
+        /// How many.
+        bytes: usize,
+    },
+}
+
+impl fmt::Display for HeaderProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const DAMAGED: &str = "the file is damaged or was not written by a SafeTensors writer; write it again";
+        match self {
+            HeaderProblem::Empty => {
+                write!(f, "the file is empty (0 bytes): it was truncated or never written; write it again")
+            }
+            HeaderProblem::TooShort { len } => write!(
+                f,
+                "the file has {len} bytes, fewer than the 8-byte header length; it is truncated: download or write it again"
+            ),
+            HeaderProblem::TooLarge { declared } => {
+                write!(f, "the header claims {declared} bytes, over the {MAX_HEADER_BYTES}-byte limit; {DAMAGED}")
+            }
+            HeaderProblem::PastEnd { declared, file_len } => write!(
+                f,
+                "the header claims {declared} bytes but the file has only {file_len}; it is truncated: download or write it again"
+            ),
+            HeaderProblem::InvalidUtf8 { at } => {
+                write!(f, "the header is not UTF-8 (invalid byte at header offset {at}); {DAMAGED}")
+            }
+            HeaderProblem::InvalidJson { message } => {
+                write!(f, "the header is not a JSON object ({message}); {DAMAGED}")
+            }
+            HeaderProblem::DuplicateName { name } => {
+                write!(f, "the name `{name}` appears twice; rename one of the entries when writing")
+            }
+            HeaderProblem::EmptyName => write!(f, "an entry has an empty name; give every tensor a name when writing"),
+            HeaderProblem::BadEntry { name, message } => {
+                write!(f, "entry `{name}` is not {{\"dtype\", \"shape\", \"data_offsets\"}} ({message}); {DAMAGED}")
+            }
+            HeaderProblem::UnknownDType { name, dtype } => {
+                write!(f, "entry `{name}` has dtype `{dtype}`, which SafeTensors does not define; {DAMAGED}")
+            }
+            HeaderProblem::BadMetadata { key: Some(key), found } => write!(
+                f,
+                "`__metadata__` value `{key}` is {found}, not a string; store structured values as JSON strings"
+            ),
+            HeaderProblem::BadMetadata { key: None, found } => {
+                write!(f, "`__metadata__` is {found}, not an object of strings; store it as string keys and values")
+            }
+            HeaderProblem::Overflow { name, shape } => {
+                write!(f, "entry `{name}` has shape {shape:?}, whose size overflows; {DAMAGED}")
+            }
+            HeaderProblem::PartialByte { name, dtype, shape } => {
+                write!(f, "entry `{name}` ({dtype} {shape:?}) does not fill whole bytes; pad the tensor to whole bytes")
+            }
+            HeaderProblem::Reversed { name, begin, end } => {
+                write!(f, "entry `{name}` has data_offsets [{begin}, {end}], ending before it begins; {DAMAGED}")
+            }
+            HeaderProblem::ByteLength { name, dtype, shape, expected, found } => write!(
+                f,
+                "entry `{name}` is {dtype} {shape:?}, which takes {expected} bytes, but its data_offsets span {found}; {DAMAGED}"
+            ),
+            HeaderProblem::Hole { name, expected, found } => write!(
+                f,
+                "entry `{name}` starts at data byte {found} but the previous entry ends at {expected}, leaving a hole; {DAMAGED}"
+            ),
+            HeaderProblem::Overlap { name, other } => {
+                write!(f, "entries `{other}` and `{name}` share bytes; {DAMAGED}")
+            }
+            HeaderProblem::DataPastEnd { name, end, file_len } => write!(
+                f,
+                "entry `{name}` ends at file byte {end} but the file has only {file_len}; it is truncated: download or write it again"
+            ),
+            HeaderProblem::Trailing { bytes } => write!(f, "{bytes} bytes follow the last entry; {DAMAGED}"),
+        }
+    }
+}
+
+/// An entry as written in the JSON, before validation.
+#[derive(serde::Deserialize)]
+struct RawEntry {
+    dtype: String,
+    shape: Vec<u64>,
+    data_offsets: [u64; 2],
+}
+
+/// Collects the top-level object in order; a problem found on the way is parked in `problem`
+/// so that it survives serde's string errors with its structure.
+struct HeaderVisitor<'a> {
+    problem: &'a mut Option<HeaderProblem>,
+    current: &'a mut Option<String>,
+}
+
+type RawHeader = (Vec<(String, RawEntry)>, BTreeMap<String, String>);
+
+impl<'de> Visitor<'de> for HeaderVisitor<'_> {
+    type Value = RawHeader;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object of entries")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawHeader, A::Error> {
+        let mut entries = Vec::new();
+        let mut metadata = BTreeMap::new();
+        let mut seen = HashSet::new();
+        let mut fail = |problem: HeaderProblem| {
+            *self.problem = Some(problem);
+            de::Error::custom("invalid header")
+        };
+        while let Some(name) = map.next_key::<String>()? {
+            if !seen.insert(name.clone()) {
+                return Err(fail(HeaderProblem::DuplicateName { name }));
+            }
+            if name == "__metadata__" {
+                let value: serde_json::Value = map.next_value()?;
+                match value {
+                    serde_json::Value::Null => {}
+                    serde_json::Value::Object(object) => {
+                        for (key, value) in object {
+                            match value {
+                                serde_json::Value::String(text) => {
+                                    metadata.insert(key, text);
+                                }
+                                other => {
+                                    return Err(fail(HeaderProblem::BadMetadata {
+                                        key: Some(key),
+                                        found: json_kind(&other).into(),
+                                    }));
+                                }
+                            }
+                        }
+                    }
+                    other => {
+                        return Err(fail(HeaderProblem::BadMetadata { key: None, found: json_kind(&other).into() }));
+                    }
+                }
+                continue;
+            }
+            if name.is_empty() {
+                return Err(fail(HeaderProblem::EmptyName));
+            }
+            *self.current = Some(name.clone());
+            let entry: RawEntry = map.next_value()?;
+            *self.current = None;
+            entries.push((name, entry));
+        }
+        Ok((entries, metadata))
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for HeaderVisitor<'_> {
+    type Value = RawHeader;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<RawHeader, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Parses and validates the header at the start of `file`, a whole SafeTensors file.
+///
+/// # Errors
+/// The first [`HeaderProblem`] found; nothing is allocated from the file's claimed sizes.
+pub fn parse(file: &[u8]) -> Result<Header, HeaderProblem> {
+    if file.is_empty() {
+        return Err(HeaderProblem::Empty);
+    }
+    let Some(prefix) = file.first_chunk::<8>() else {
+        return Err(HeaderProblem::TooShort { len: file.len() });
+    };
+    let declared = u64::from_le_bytes(*prefix);
+    if declared > MAX_HEADER_BYTES {
+        return Err(HeaderProblem::TooLarge { declared });
+    }
+    let data_start = 8 + declared as usize;
+    let Some(text) = file.get(8..data_start) else {
+        return Err(HeaderProblem::PastEnd { declared, file_len: file.len() });
+    };
+    let text = std::str::from_utf8(text).map_err(|error| HeaderProblem::InvalidUtf8 { at: error.valid_up_to() })?;
+    let mut problem = None;
+    let mut current = None;
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let parsed = HeaderVisitor { problem: &mut problem, current: &mut current }
+        .deserialize(&mut deserializer)
+        .and_then(|raw| deserializer.end().map(|()| raw));
+    let (raw, metadata) = match parsed {
+        Ok(raw) => raw,
+        Err(error) => {
+            return Err(match (problem, current) {
+                (Some(problem), _) => problem,
+                (None, Some(name)) => HeaderProblem::BadEntry { name, message: error.to_string() },
+                (None, None) => HeaderProblem::InvalidJson { message: error.to_string() },
+            });
+        }
+    };
+    let mut entries = Vec::with_capacity(raw.len());
+    for (name, entry) in raw {
+        entries.push(validate_entry(name, entry)?);
+    }
+    check_coverage(&entries, data_start, file.len())?;
+    Ok(Header { data_start, entries, metadata })
+}
+
+fn validate_entry(name: String, raw: RawEntry) -> Result<HeaderEntry, HeaderProblem> {
+    let Ok(dtype) = raw.dtype.parse::<DType>() else {
+        return Err(HeaderProblem::UnknownDType { name, dtype: raw.dtype });
+    };
+    // Lowercase spellings are ours to accept in code, not in files.
+    if dtype.as_str() != raw.dtype {
+        return Err(HeaderProblem::UnknownDType { name, dtype: raw.dtype });
+    }
+    let count = raw.shape.iter().try_fold(1u64, |acc, &size| acc.checked_mul(size));
+    let bytes = count.and_then(|count| count.checked_mul(dtype.bits() as u64));
+    let shape: Option<Vec<usize>> = raw.shape.iter().map(|&size| usize::try_from(size).ok()).collect();
+    let (Some(bytes), Some(shape)) = (bytes.filter(|&bits| bits / 8 <= isize::MAX as u64), shape) else {
+        return Err(HeaderProblem::Overflow { name, shape: raw.shape });
+    };
+    if bytes % 8 != 0 {
+        return Err(HeaderProblem::PartialByte { name, dtype, shape });
+    }
+    let expected = bytes / 8;
+    let [begin, end] = raw.data_offsets;
+    if end < begin {
+        return Err(HeaderProblem::Reversed { name, begin, end });
+    }
+    if end - begin != expected {
+        return Err(HeaderProblem::ByteLength { name, dtype, shape, expected, found: end - begin });
+    }
+    let (Ok(begin), Ok(end)) = (usize::try_from(begin), usize::try_from(end)) else {
+        return Err(HeaderProblem::Overflow { name, shape: raw.shape });
+    };
+    Ok(HeaderEntry { name, dtype, shape, begin, end })
+}
+
+/// The entries, sorted by offset, must tile the data section exactly: no hole, no overlap,
+/// nothing past the end of the file and nothing after the last entry.
+fn check_coverage(entries: &[HeaderEntry], data_start: usize, file_len: usize) -> Result<(), HeaderProblem> {
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_by_key(|&at| (entries[at].begin, entries[at].end));
+    let mut cursor = 0usize;
+    let mut previous: Option<&HeaderEntry> = None;
+    for &at in &order {
+        let entry = &entries[at];
+        if entry.begin > cursor {
+            return Err(HeaderProblem::Hole { name: entry.name.clone(), expected: cursor, found: entry.begin });
+        }
+        if entry.begin < cursor {
+            let other = previous.map(|p| p.name.clone()).unwrap_or_default();
+            return Err(HeaderProblem::Overlap { name: entry.name.clone(), other });
+        }
+        let file_end = data_start as u64 + entry.end as u64;
+        if file_end > file_len as u64 {
+            return Err(HeaderProblem::DataPastEnd { name: entry.name.clone(), end: file_end, file_len });
+        }
+        cursor = entry.end;
+        previous = Some(entry);
+    }
+    let trailing = file_len - data_start - cursor;
+    if trailing > 0 {
+        return Err(HeaderProblem::Trailing { bytes: trailing });
+    }
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! Sharded checkpoints: reading `model.safetensors.index.json` (each shard opened only when
+//! one of its entries is needed) and checking shards against it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
+
+use crate::error::{Error, Result};
+use crate::mapped::MappedFile;
+
+/// A parsed shard index.
+pub(crate) struct ShardIndex {
+    pub(crate) path: PathBuf,
+    /// `metadata`, every value as a string (`total_size` included).
+    pub(crate) metadata: BTreeMap<String, String>,
+    /// Entry name -> shard number, in the index's order.
+    pub(crate) weight_map: Vec<(String, usize)>,
+    /// Shard number -> name.
+    lookup: HashMap<String, usize>,
+    /// Shard paths, in order of first mention.
+    pub(crate) shards: Vec<PathBuf>,
+}
+
+/// Reads `weight_map` in order, refusing a name listed twice. The reason for a refusal is parked
+/// in `problem` so that it survives serde's error with its own wording.
+struct WeightMapVisitor<'a> {
+    problem: &'a mut Option<String>,
+}
+
+impl<'de> Visitor<'de> for WeightMapVisitor<'_> {
+    type Value = Vec<(String, String)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object mapping entry names to shard file names")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut seen = HashSet::new();
+        let mut pairs = Vec::new();
+        while let Some((name, shard)) = map.next_entry::<String, String>()? {
+            if !seen.insert(name.clone()) {
+                *self.problem =
+                    Some(format!("`{name}` is listed twice in `weight_map`: an entry may be in one shard only"));
+                return Err(de::Error::custom("duplicate entry"));
+            }
+            pairs.push((name, shard));
+        }
+        Ok(pairs)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for WeightMapVisitor<'_> {
+    type Value = Vec<(String, String)>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl ShardIndex {
+    pub(crate) fn read(path: &Path) -> Result<ShardIndex> {
+        let text = std::fs::read_to_string(path).map_err(Error::io("read", path))?;
+        let invalid = |reason: String| Error::Index { path: path.to_path_buf(), reason };
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|error| invalid(format!("not JSON ({error})")))?;
+        let serde_json::Value::Object(object) = value else {
+            return Err(invalid("the index is not a JSON object".into()));
+        };
+        let mut metadata = BTreeMap::new();
+        match object.get("metadata") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Object(values)) => {
+                for (key, value) in values {
+                    let text = match value {
+                        serde_json::Value::String(text) => text.clone(),
+                        other => other.to_string(),
+                    };
+                    metadata.insert(key.clone(), text);
+                }
+            }
+            Some(_) => return Err(invalid("`metadata` is not an object".into())),
+        }
+        if !object.contains_key("weight_map") {
+            return Err(invalid("it has no `weight_map`: is it a shard index?".into()));
+        }
+        // Parse `weight_map` again from the text to keep its order and catch duplicate names,
+        // which a JSON object silently drops.
+        let mut problem = None;
+        let pairs = weight_map_pairs(&text, &mut problem).map_err(|error| match problem.take() {
+            Some(reason) => invalid(reason),
+            None => invalid(format!("`weight_map` is not an object of strings ({error})")),
+        })?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let mut shards: Vec<PathBuf> = Vec::new();
+        let mut shard_numbers: HashMap<String, usize> = HashMap::new();
+        let mut weight_map = Vec::with_capacity(pairs.len());
+        let mut lookup = HashMap::with_capacity(pairs.len());
+        for (name, shard) in pairs {
+            if shard.is_empty() || shard.contains('/') || shard.contains('\\') || shard == ".." {
+                return Err(invalid(format!(
+                    "`{name}` names shard `{shard}`, which is not a file name beside the index"
+                )));
+            }
+            let number = *shard_numbers.entry(shard.clone()).or_insert_with(|| {
+                shards.push(dir.join(&shard));
+                shards.len() - 1
+            });
+            lookup.insert(name.clone(), number);
+            weight_map.push((name, number));
+        }
+        Ok(ShardIndex { path: path.to_path_buf(), metadata, weight_map, lookup, shards })
+    }
+}
+
+fn weight_map_pairs(text: &str, problem: &mut Option<String>) -> serde_json::Result<Vec<(String, String)>> {
+    struct Top<'a> {
+        problem: &'a mut Option<String>,
+    }
+    impl<'de> Visitor<'de> for Top<'_> {
+        type Value = Vec<(String, String)>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a shard index object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut pairs = None;
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "weight_map" {
+                    // A JSON object keeps only one of two equal keys; which one differs between
+                    // readers, so an index that has two weight maps is refused.
+                    if pairs.is_some() {
+                        *self.problem = Some("`weight_map` appears twice: keep one weight map".into());
+                        return Err(de::Error::custom("duplicate weight map"));
+                    }
+                    pairs = Some(map.next_value_seed(WeightMapVisitor { problem: &mut *self.problem })?);
+                } else {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+            Ok(pairs.unwrap_or_default())
+        }
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    deserializer.deserialize_map(Top { problem })
+}
+
+/// One shard of an index, mapped on first use.
+pub(crate) struct Shard {
+    index: Arc<ShardIndex>,
+    at: usize,
+    opened: OnceLock<(Arc<MappedFile>, HashMap<String, usize>)>,
+}
+
+impl Shard {
+    pub(crate) fn new(index: Arc<ShardIndex>, at: usize) -> Shard {
+        Shard { index, at, opened: OnceLock::new() }
+    }
+
+    fn path(&self) -> &Path {
+        &self.index.shards[self.at]
+    }
+
+    fn mismatch(&self, reason: String) -> Error {
+        Error::ShardMismatch { index: self.index.path.clone(), shard: self.path().to_path_buf(), reason }
+    }
+
+    /// Maps the shard and checks it against the index: an entry the index puts in another
+    /// shard is an error (a name in two shards).
+    fn open(&self) -> Result<&(Arc<MappedFile>, HashMap<String, usize>)> {
+        if let Some(opened) = self.opened.get() {
+            return Ok(opened);
+        }
+        let path = self.path();
+        if !path.exists() {
+            return Err(Error::MissingShard { index: self.index.path.clone(), shard: path.to_path_buf() });
+        }
+        let file = MappedFile::open(path)?;
+        let mut names = HashMap::with_capacity(file.header.entries.len());
+        for (at, entry) in file.header.entries.iter().enumerate() {
+            if let Some(&other) = self.index.lookup.get(&entry.name)
+                && other != self.at
+            {
+                return Err(self.mismatch(format!(
+                    "`{}` is in this shard but the index puts it in `{}`: a name may be in one shard only",
+                    entry.name,
+                    self.index.shards[other].display()
+                )));
+            }
+            names.insert(entry.name.clone(), at);
+        }
+        Ok(self.opened.get_or_init(|| (file, names)))
+    }
+
+    /// The mapped file and entry number of `name`.
+    pub(crate) fn locate(&self, name: &str) -> Result<(&Arc<MappedFile>, usize)> {
+        let (file, names) = self.open()?;
+        match names.get(name) {
+            Some(&at) => Ok((file, at)),
+            None => {
+                Err(self.mismatch(format!("the index puts `{name}` in this shard but the shard has no such entry")))
+            }
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! nnx-io: SafeTensors archives. Files are memory-mapped and their tensors point into the
+//! mapped pages; loads are strict within a prefix and validated from headers before any
+//! tensor byte is read; saves are atomic and deterministic, optionally page-aligned or
+//! sharded.
+//!
+//! Users depend on the `nnx` facade crate, which re-exports everything here.
+
+mod archive;
+mod error;
+pub mod header;
+mod import;
+mod index;
+mod mapped;
+pub mod sniff;
+mod write;
+
+pub use archive::{Archive, EntryInfo, EntryLocation};
+pub use error::{Error, Result};
+pub use header::HeaderProblem;
+pub use import::{
+    HookContext, ImportError, ImportHook, ImportOptions, ImportPlan, ImportProblem, ImportReport, TensorParallel,
+};
+pub use sniff::FileKind;
+pub use write::{PAGE_BYTES, SaveOptions};

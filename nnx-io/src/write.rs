@@ -1,0 +1,233 @@
+//! Writing archives: deterministic SafeTensors files, written atomically (temporary file in the
+//! same folder, fsync, rename, fsync of the folder), optionally page-aligned or sharded.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::archive::{Archive, WriteItem};
+use crate::error::{Error, Result};
+
+/// The page of page-aligned files: 16 KiB, the page size of Apple silicon GPUs.
+pub const PAGE_BYTES: usize = 16 * 1024;
+
+/// Options of [`Archive::save_with`].
+#[derive(Clone, Debug, Default)]
+pub struct SaveOptions {
+    /// Extra `__metadata__` strings (over the archive's own); store configs as JSON strings.
+    pub metadata: BTreeMap<String, String>,
+    /// Pad the header so data starts on a 16 KiB page and put entries whose size is a multiple
+    /// of the page first, so each of them starts on a page boundary.
+    pub page_align: bool,
+    /// Split into shards of at most this many data bytes (an entry larger than the limit gets
+    /// a shard of its own): `dir/model.safetensors` becomes `dir/model-00001-of-0000N.safetensors`
+    /// and `dir/model.safetensors.index.json`.
+    pub max_shard_bytes: Option<u64>,
+}
+
+impl Archive {
+    /// Writes the archive to `path` atomically: a crash leaves the old file or the new one.
+    /// Saving over the file that live tensors were mapped from is safe: they keep the old
+    /// file's pages.
+    ///
+    /// # Errors
+    /// [`Error::Unsavable`] for meta tensors (checked before anything is written),
+    /// [`Error::Io`] when writing fails (the target is then untouched).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.save_with(path, &SaveOptions::default())
+    }
+
+    /// [`Archive::save`] with [`SaveOptions`].
+    ///
+    /// # Errors
+    /// As [`Archive::save`].
+    pub fn save_with(&self, path: impl AsRef<Path>, options: &SaveOptions) -> Result<()> {
+        let path = path.as_ref();
+        let items = self.write_items()?;
+        let mut metadata = self.metadata().clone();
+        metadata.extend(options.metadata.iter().map(|(key, value)| (key.clone(), value.clone())));
+        match options.max_shard_bytes {
+            None => {
+                let items: Vec<&WriteItem<'_>> = items.iter().collect();
+                write_atomic(path, |out| write_safetensors(out, &items, &metadata, options.page_align)).map(drop)
+            }
+            Some(limit) => write_shards(path, &items, &metadata, options.page_align, limit),
+        }
+    }
+}
+
+/// Where each item's bytes go: returns the items' data offsets in item order and the order in
+/// which to write them.
+fn layout(items: &[&WriteItem<'_>], page_align: bool) -> (Vec<(usize, usize)>, Vec<usize>) {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    // Larger alignments first keeps every entry aligned for its dtype (data starts 8-aligned)
+    // without holes; the sort is stable, so entries of one dtype keep their order.
+    order.sort_by_key(|&at| {
+        let item = &items[at];
+        let on_page = page_align && item.bytes > 0 && item.bytes.is_multiple_of(PAGE_BYTES);
+        (!on_page, std::cmp::Reverse(item.dtype.alignment()))
+    });
+    let mut offsets = vec![(0, 0); items.len()];
+    let mut cursor = 0;
+    for &at in &order {
+        offsets[at] = (cursor, cursor + items[at].bytes);
+        cursor += items[at].bytes;
+    }
+    (offsets, order)
+}
+
+fn header_json(items: &[&WriteItem<'_>], offsets: &[(usize, usize)], metadata: &BTreeMap<String, String>) -> String {
+    let quote = |text: &str| serde_json::to_string(text).expect("strings always serialize");
+    let mut json = String::from("{");
+    if !metadata.is_empty() {
+        json.push_str("\"__metadata__\":{");
+        let fields: Vec<String> =
+            metadata.iter().map(|(key, value)| format!("{}:{}", quote(key), quote(value))).collect();
+        json.push_str(&fields.join(","));
+        json.push('}');
+    }
+    for (item, (begin, end)) in items.iter().zip(offsets) {
+        if json.len() > 1 {
+            json.push(',');
+        }
+        let shape: Vec<String> = item.shape.iter().map(usize::to_string).collect();
+        json.push_str(&format!(
+            "{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{begin},{end}]}}",
+            quote(item.name),
+            item.dtype,
+            shape.join(",")
+        ));
+    }
+    json.push('}');
+    json
+}
+
+/// Writes one SafeTensors file: header padded with spaces to 8 bytes (or to a page), then the
+/// data in layout order.
+fn write_safetensors(
+    out: &mut dyn Write,
+    items: &[&WriteItem<'_>],
+    metadata: &BTreeMap<String, String>,
+    page_align: bool,
+) -> Result<u64> {
+    let (offsets, order) = layout(items, page_align);
+    let mut header = header_json(items, &offsets, metadata);
+    let unit = if page_align { PAGE_BYTES } else { 8 };
+    let padded = (8 + header.len()).next_multiple_of(unit) - 8;
+    header.extend(std::iter::repeat_n(' ', padded - header.len()));
+    let io = |error: std::io::Error| Error::Io { action: "write", path: PathBuf::new(), source: error };
+    out.write_all(&(header.len() as u64).to_le_bytes()).map_err(io)?;
+    out.write_all(header.as_bytes()).map_err(io)?;
+    let mut written = 8 + header.len() as u64;
+    for &at in &order {
+        let data = items[at].data()?;
+        out.write_all(&data).map_err(io)?;
+        written += data.len() as u64;
+    }
+    Ok(written)
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Writes `path` through a temporary file beside it: write, fsync, rename over the target,
+/// fsync the folder. The temporary file is removed if anything fails.
+fn write_atomic<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<T>) -> Result<T> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = path.file_name().and_then(|name| name.to_str()).unwrap_or("archive");
+    let temp =
+        dir.join(format!(".{file_name}.tmp-{}-{}", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
+    let result = (|| {
+        let file = File::create(&temp).map_err(Error::io("create", &temp))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let value = write(&mut out).map_err(|error| match error {
+            Error::Io { action, source, .. } => Error::Io { action, path: temp.clone(), source },
+            other => other,
+        })?;
+        let file = out.into_inner().map_err(|error| Error::Io {
+            action: "write",
+            path: temp.clone(),
+            source: error.into_error(),
+        })?;
+        file.sync_all().map_err(Error::io("flush to disk", &temp))?;
+        std::fs::rename(&temp, path).map_err(Error::io("replace", path))?;
+        Ok(value)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+        return result;
+    }
+    // The rename is durable only once the folder's entry is on disk.
+    if let Ok(folder) = File::open(&dir) {
+        folder.sync_all().map_err(Error::io("flush to disk", &dir))?;
+    }
+    result
+}
+
+/// `dir/model.safetensors` -> (`dir/model-00001-of-00003.safetensors` names, the index path).
+fn shard_names(path: &Path, count: usize) -> (Vec<PathBuf>, PathBuf) {
+    let file_name = path.file_name().and_then(|name| name.to_str()).unwrap_or("model.safetensors");
+    let stem = file_name.strip_suffix(".safetensors").unwrap_or(file_name);
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let shards = (1..=count).map(|at| dir.join(format!("{stem}-{at:05}-of-{count:05}.safetensors"))).collect();
+    (shards, dir.join(format!("{stem}.safetensors.index.json")))
+}
+
+/// Greedy in entry order: a shard is closed when the next entry would pass the limit; an
+/// entry larger than the limit is alone in its shard.
+fn plan_shards(items: &[WriteItem<'_>], limit: u64) -> Vec<Vec<usize>> {
+    let mut shards: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut size = 0u64;
+    for (at, item) in items.iter().enumerate() {
+        let bytes = item.bytes as u64;
+        if !current.is_empty() && size + bytes > limit {
+            shards.push(std::mem::take(&mut current));
+            size = 0;
+        }
+        current.push(at);
+        size += bytes;
+    }
+    if !current.is_empty() || shards.is_empty() {
+        shards.push(current);
+    }
+    shards
+}
+
+fn write_shards(
+    path: &Path,
+    items: &[WriteItem<'_>],
+    metadata: &BTreeMap<String, String>,
+    page_align: bool,
+    limit: u64,
+) -> Result<()> {
+    let plan = plan_shards(items, limit);
+    let (shard_paths, index_path) = shard_names(path, plan.len());
+    let mut weight_map = Vec::with_capacity(items.len());
+    for (members, shard_path) in plan.iter().zip(&shard_paths) {
+        let shard_items: Vec<&WriteItem<'_>> = members.iter().map(|&at| &items[at]).collect();
+        write_atomic(shard_path, |out| write_safetensors(out, &shard_items, metadata, page_align))?;
+        let shard_name = shard_path.file_name().and_then(|name| name.to_str()).unwrap_or_default().to_string();
+        weight_map.extend(members.iter().map(|&at| (items[at].name, shard_name.clone())));
+    }
+    let total: u64 = items.iter().map(|item| item.bytes as u64).sum();
+    let quote = |text: &str| serde_json::to_string(text).expect("strings always serialize");
+    let mut json = format!("{{\n  \"metadata\": {{\n    \"total_size\": {total}");
+    for (key, value) in metadata {
+        if key != "total_size" {
+            json.push_str(&format!(",\n    {}: {}", quote(key), quote(value)));
+        }
+    }
+    json.push_str("\n  },\n  \"weight_map\": {");
+    let lines: Vec<String> =
+        weight_map.iter().map(|(name, shard)| format!("\n    {}: {}", quote(name), quote(shard))).collect();
+    json.push_str(&lines.join(","));
+    json.push_str("\n  }\n}\n");
+    write_atomic(&index_path, |out| {
+        out.write_all(json.as_bytes()).map_err(|source| Error::Io { action: "write", path: PathBuf::new(), source })
+    })
+}

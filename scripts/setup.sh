@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what the test suite compares against, once, into a cache outside the repository:
+# a Python virtual environment with the reference `safetensors` package, numpy and ml_dtypes.
+# Set NNX_CACHE to choose the cache folder (default: ~/.cache/nnx).
+set -euo pipefail
+
+cache="${NNX_CACHE:-$HOME/.cache/nnx}"
+venv="$cache/venv"
+mkdir -p "$cache"
+
+if ! "$venv/bin/python" -c 'import safetensors, numpy, ml_dtypes' 2>/dev/null; then
+  echo "setting up the Python reference packages in $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    'safetensors==0.8.0' 'numpy==2.4.6' 'ml_dtypes==0.6.0'
+fi
+"$venv/bin/python" -c 'import safetensors, numpy; print("reference safetensors", safetensors.__version__, "numpy", numpy.__version__)'

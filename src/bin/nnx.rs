@@ -1,0 +1,133 @@
+//! The `nnx` command line: `nnx inspect PATH [--json]` lists what a SafeTensors file, shard
+//! index or folder holds, from headers alone.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use nnx::{Archive, EntryInfo};
+
+#[derive(Parser)]
+#[command(name = "nnx", version, about = "Inspect and convert model weights")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List entries (name, dtype, shape, bytes, offsets), metadata and totals.
+    Inspect {
+        /// A `.safetensors` file, a shard index (`*.index.json`) or a folder.
+        path: PathBuf,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let code = if error.use_stderr() { 1 } else { 0 };
+            let _ = error.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Inspect { path, json } => inspect(&path, json),
+    };
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {}", error.to_string().replace('\n', "; "));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn inspect(path: &std::path::Path, json: bool) -> nnx::Result<String> {
+    let archive = Archive::open(path)?;
+    let entries: Vec<EntryInfo> = archive.names().map(|name| archive.info(name)).collect::<nnx::Result<_>>()?;
+    let total: usize = entries.iter().map(|entry| entry.bytes).sum();
+    if json {
+        return Ok(inspect_json(path, &archive, &entries, total) + "\n");
+    }
+    let mut out = format!("{}: {} entries, {}\n", path.display(), entries.len(), human_bytes(total));
+    if !archive.metadata().is_empty() {
+        out.push_str("metadata:\n");
+        for (key, value) in archive.metadata() {
+            out.push_str(&format!("  {key} = {value}\n"));
+        }
+    }
+    let sharded = entries.iter().any(|entry| entry.location.as_ref().is_some_and(|l| l.path != path));
+    let rows: Vec<[String; 6]> = entries
+        .iter()
+        .map(|entry| {
+            let (offsets, file) = match &entry.location {
+                Some(location) => (
+                    format!("[{}, {}]", location.data_offsets.0, location.data_offsets.1),
+                    location.path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default(),
+                ),
+                None => (String::new(), String::new()),
+            };
+            [
+                entry.name.clone(),
+                entry.dtype.to_string(),
+                format!("{:?}", entry.shape),
+                entry.bytes.to_string(),
+                offsets,
+                file,
+            ]
+        })
+        .collect();
+    let header = ["name", "dtype", "shape", "bytes", "offsets", "file"];
+    let columns = if sharded { 6 } else { 5 };
+    let rows: Vec<Vec<String>> = rows.into_iter().map(|row| row[..columns].to_vec()).collect();
+    out.push_str(&nnx::render_columns(&header[..columns], &rows));
+    out.push_str(&format!("total: {} entries, {total} bytes\n", entries.len()));
+    Ok(out)
+}
+
+fn inspect_json(path: &std::path::Path, archive: &Archive, entries: &[EntryInfo], total: usize) -> String {
+    let entries: Vec<serde_json::Value> = entries
+        .iter()
+        .map(|entry| {
+            let mut value = serde_json::json!({
+                "name": entry.name,
+                "dtype": entry.dtype.to_string(),
+                "shape": entry.shape,
+                "bytes": entry.bytes,
+            });
+            if let Some(location) = &entry.location {
+                value["data_offsets"] = serde_json::json!([location.data_offsets.0, location.data_offsets.1]);
+                value["file_offset"] = serde_json::json!(location.file_offset);
+                value["file"] = serde_json::json!(location.path.to_string_lossy());
+            }
+            value
+        })
+        .collect();
+    serde_json::json!({
+        "path": path.to_string_lossy(),
+        "metadata": archive.metadata(),
+        "entries": entries,
+        "count": entries.len(),
+        "total_bytes": total,
+    })
+    .to_string()
+}
+
+fn human_bytes(bytes: usize) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+}

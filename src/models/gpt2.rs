@@ -1,0 +1,153 @@
+//! GPT-2 as Hugging Face stores it: `transformer.h.N.attn.c_attn` holds q, k and v fused in a
+//! Conv1D (`[in, 3 * out]`, the transpose of a `Linear`), and `lm_head` is tied to
+//! `transformer.wte` and absent from the file.
+
+use std::path::Path;
+
+use crate::nn::{Embedding, Init, LayerNorm, Linear};
+use crate::{DType, Module};
+
+/// The fields of a GPT-2 `config.json` that shape the model.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct Gpt2Config {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Longest sequence (learned positions).
+    pub n_positions: usize,
+    /// Width of the residual stream.
+    pub n_embd: usize,
+    /// Number of blocks.
+    pub n_layer: usize,
+    /// Attention heads per block.
+    pub n_head: usize,
+    /// Width of the MLP (default `4 * n_embd`).
+    #[serde(default)]
+    pub n_inner: Option<usize>,
+    /// LayerNorm epsilon.
+    #[serde(default = "default_epsilon")]
+    pub layer_norm_epsilon: f32,
+}
+
+fn default_epsilon() -> f32 {
+    1e-5
+}
+
+impl Gpt2Config {
+    /// Reads a `config.json`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] or [`crate::Error::Config`].
+    pub fn from_file(path: impl AsRef<Path>) -> crate::Result<Gpt2Config> {
+        super::read_config(path.as_ref())
+    }
+
+    /// The MLP width.
+    pub fn inner(&self) -> usize {
+        self.n_inner.unwrap_or(4 * self.n_embd)
+    }
+}
+
+/// Self-attention: q, k and v are thirds of the fused `c_attn`.
+#[derive(Module, Clone, Debug)]
+pub struct Attention {
+    /// Query projection.
+    #[nnx(from = "c_attn", split(axis = -1, parts = 3, index = 0), transpose)]
+    pub q: Linear,
+    /// Key projection.
+    #[nnx(from = "c_attn", split(axis = -1, parts = 3, index = 1), transpose)]
+    pub k: Linear,
+    /// Value projection.
+    #[nnx(from = "c_attn", split(axis = -1, parts = 3, index = 2), transpose)]
+    pub v: Linear,
+    /// Output projection.
+    #[nnx(from = "c_proj", transpose)]
+    pub out: Linear,
+    /// Attention heads.
+    #[nnx(skip)]
+    pub heads: usize,
+}
+
+/// The feed-forward network.
+#[derive(Module, Clone, Debug)]
+pub struct Mlp {
+    /// `n_embd -> inner`.
+    #[nnx(from = "c_fc", transpose)]
+    pub up: Linear,
+    /// `inner -> n_embd`.
+    #[nnx(from = "c_proj", transpose)]
+    pub down: Linear,
+}
+
+/// One pre-norm transformer block.
+#[derive(Module, Clone, Debug)]
+pub struct Block {
+    /// Norm before attention.
+    pub ln_1: LayerNorm,
+    /// Self-attention.
+    pub attn: Attention,
+    /// Norm before the MLP.
+    pub ln_2: LayerNorm,
+    /// Feed-forward network.
+    pub mlp: Mlp,
+}
+
+/// GPT-2 with its language-model head.
+#[derive(Module, Clone, Debug)]
+pub struct Gpt2 {
+    /// Token embeddings.
+    #[nnx(from = "transformer.wte")]
+    pub wte: Embedding,
+    /// Position embeddings.
+    #[nnx(from = "transformer.wpe")]
+    pub wpe: Embedding,
+    /// The blocks.
+    #[nnx(from = "transformer.h")]
+    pub h: Vec<Block>,
+    /// Final norm.
+    #[nnx(from = "transformer.ln_f")]
+    pub ln_f: LayerNorm,
+    /// Output projection, the token embedding itself.
+    #[nnx(tie = "wte")]
+    pub lm_head: Linear,
+    /// The configuration.
+    #[nnx(skip)]
+    pub config: Gpt2Config,
+}
+
+impl Gpt2 {
+    /// A model of `config` in `dtype`; [`Init::Meta`] allocates nothing, for importing.
+    pub fn new(config: &Gpt2Config, dtype: DType, init: Init) -> Gpt2 {
+        let width = config.n_embd;
+        let linear = |input: usize, output: usize, init: Init| Linear::new(input, output, true, dtype, init);
+        let norm = || LayerNorm::new(width, true, config.layer_norm_epsilon, dtype, init);
+        let h = (0..config.n_layer)
+            .map(|layer| {
+                let init = init.fork(100 + layer as u64);
+                Block {
+                    ln_1: norm(),
+                    attn: Attention {
+                        q: linear(width, width, init.fork(1)),
+                        k: linear(width, width, init.fork(2)),
+                        v: linear(width, width, init.fork(3)),
+                        out: linear(width, width, init.fork(4)),
+                        heads: config.n_head,
+                    },
+                    ln_2: norm(),
+                    mlp: Mlp {
+                        up: linear(width, config.inner(), init.fork(5)),
+                        down: linear(config.inner(), width, init.fork(6)),
+                    },
+                }
+            })
+            .collect();
+        let wte = Embedding::new(config.vocab_size, width, dtype, init.fork(1));
+        Gpt2 {
+            lm_head: Linear { weight: wte.weight.clone(), bias: None },
+            wte,
+            wpe: Embedding::new(config.n_positions, width, dtype, init.fork(2)),
+            h,
+            ln_f: norm(),
+            config: config.clone(),
+        }
+    }
+}

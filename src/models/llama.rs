@@ -1,0 +1,163 @@
+//! Llama as Hugging Face stores it (`model.layers.N.self_attn.q_proj`, ...): grouped-query
+//! attention (fewer key/value heads than query heads), RMSNorm, a SwiGLU MLP, and an `lm_head`
+//! of its own. BF16 checkpoints import as BF16 views of the file.
+
+use std::path::Path;
+
+use crate::nn::{Embedding, Init, Linear, RmsNorm};
+use crate::{DType, Module};
+
+/// The fields of a Llama `config.json` that shape the model.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct LlamaConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// Number of layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention); defaults to the query heads.
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Width of one head; defaults to `hidden_size / num_attention_heads`.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    /// RMSNorm epsilon.
+    #[serde(default = "default_epsilon")]
+    pub rms_norm_eps: f32,
+    /// Whether `lm_head` is the token embedding.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+}
+
+fn default_epsilon() -> f32 {
+    1e-6
+}
+
+impl LlamaConfig {
+    /// Reads a `config.json`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] or [`crate::Error::Config`].
+    pub fn from_file(path: impl AsRef<Path>) -> crate::Result<LlamaConfig> {
+        super::read_config(path.as_ref())
+    }
+
+    /// Width of one head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// Key/value heads.
+    pub fn kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+}
+
+/// Grouped-query self-attention.
+#[derive(Module, Clone, Debug)]
+pub struct Attention {
+    /// `hidden -> heads * head_dim`.
+    #[nnx(from = "q_proj")]
+    pub q: Linear,
+    /// `hidden -> kv_heads * head_dim`.
+    #[nnx(from = "k_proj")]
+    pub k: Linear,
+    /// `hidden -> kv_heads * head_dim`.
+    #[nnx(from = "v_proj")]
+    pub v: Linear,
+    /// `heads * head_dim -> hidden`.
+    #[nnx(from = "o_proj")]
+    pub o: Linear,
+}
+
+/// The SwiGLU feed-forward network: `down(silu(gate(x)) * up(x))`.
+#[derive(Module, Clone, Debug)]
+pub struct Mlp {
+    /// Gate projection.
+    #[nnx(from = "gate_proj")]
+    pub gate: Linear,
+    /// Up projection.
+    #[nnx(from = "up_proj")]
+    pub up: Linear,
+    /// Down projection.
+    #[nnx(from = "down_proj")]
+    pub down: Linear,
+}
+
+/// One decoder layer.
+#[derive(Module, Clone, Debug)]
+pub struct Layer {
+    /// Norm before attention.
+    #[nnx(from = "input_layernorm")]
+    pub attn_norm: RmsNorm,
+    /// Self-attention.
+    #[nnx(from = "self_attn")]
+    pub attn: Attention,
+    /// Norm before the MLP.
+    #[nnx(from = "post_attention_layernorm")]
+    pub mlp_norm: RmsNorm,
+    /// Feed-forward network.
+    pub mlp: Mlp,
+}
+
+/// Llama with its language-model head.
+#[derive(Module, Clone, Debug)]
+pub struct Llama {
+    /// Token embeddings.
+    #[nnx(from = "model.embed_tokens")]
+    pub embed: Embedding,
+    /// The layers.
+    #[nnx(from = "model.layers")]
+    pub layers: Vec<Layer>,
+    /// Final norm.
+    #[nnx(from = "model.norm")]
+    pub norm: RmsNorm,
+    /// Output projection.
+    pub lm_head: Linear,
+    /// The configuration.
+    #[nnx(skip)]
+    pub config: LlamaConfig,
+}
+
+impl Llama {
+    /// A model of `config` in `dtype`; [`Init::Meta`] allocates nothing, for importing.
+    pub fn new(config: &LlamaConfig, dtype: DType, init: Init) -> Llama {
+        let hidden = config.hidden_size;
+        let (q_width, kv_width) =
+            (config.num_attention_heads * config.head_dim(), config.kv_heads() * config.head_dim());
+        let linear = |input: usize, output: usize, init: Init| Linear::new(input, output, false, dtype, init);
+        let norm = || RmsNorm::new(hidden, config.rms_norm_eps, dtype, init);
+        let layers = (0..config.num_hidden_layers)
+            .map(|layer| {
+                let init = init.fork(100 + layer as u64);
+                Layer {
+                    attn_norm: norm(),
+                    attn: Attention {
+                        q: linear(hidden, q_width, init.fork(1)),
+                        k: linear(hidden, kv_width, init.fork(2)),
+                        v: linear(hidden, kv_width, init.fork(3)),
+                        o: linear(q_width, hidden, init.fork(4)),
+                    },
+                    mlp_norm: norm(),
+                    mlp: Mlp {
+                        gate: linear(hidden, config.intermediate_size, init.fork(5)),
+                        up: linear(hidden, config.intermediate_size, init.fork(6)),
+                        down: linear(config.intermediate_size, hidden, init.fork(7)),
+                    },
+                }
+            })
+            .collect();
+        Llama {
+            embed: Embedding::new(config.vocab_size, hidden, dtype, init.fork(1)),
+            layers,
+            norm: norm(),
+            lm_head: linear(hidden, config.vocab_size, init.fork(2)),
+            config: config.clone(),
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Models written with the derive, shared by the tests: an MLP, containers, a tuple struct and
+//! an optimizer state. (GPT-2 and Llama live in `nnx::models`.)
+
+use nnx::nn::{Init, Linear};
+use nnx::{DType, Module, Tensor};
+
+#[derive(Module, Clone)]
+pub struct Mlp {
+    pub fc1: Linear,
+    pub fc2: Linear,
+    #[nnx(skip)]
+    pub hidden: usize,
+}
+
+impl Mlp {
+    pub fn new(input: usize, hidden: usize, output: usize, init: Init) -> Mlp {
+        Mlp {
+            fc1: Linear::new(input, hidden, true, DType::F32, init.fork(1)),
+            fc2: Linear::new(hidden, output, true, DType::F32, init.fork(2)),
+            hidden,
+        }
+    }
+}
+
+#[derive(Module)]
+pub struct AdamState<M: Module> {
+    pub mu: M,
+    pub nu: M,
+    pub step: Tensor,
+}
+
+/// A tuple struct: fields are named by index.
+#[derive(Module)]
+pub struct Pair(pub Linear, #[nnx(rename = "second")] pub Linear);
+
+/// Containers: `Vec`, arrays, `Option` (absent when `None`), `Box`, and a raw tensor with a
+/// required dtype.
+#[derive(Module)]
+pub struct Containers {
+    pub layers: Vec<Mlp>,
+    pub heads: [Linear; 2],
+    pub adapter: Option<Linear>,
+    pub missing: Option<Linear>,
+    pub boxed: Box<Pair>,
+    #[nnx(dtype = "i64")]
+    pub positions: Tensor,
+}
+
+impl Containers {
+    pub fn new(init: Init) -> Containers {
+        Containers {
+            layers: (0..2).map(|layer| Mlp::new(4, 8, 4, init.fork(layer))).collect(),
+            heads: [
+                Linear::new(4, 2, false, DType::F32, init.fork(7)),
+                Linear::new(4, 3, false, DType::BF16, init.fork(8)),
+            ],
+            adapter: Some(Linear::new(4, 4, true, DType::F16, init.fork(9))),
+            missing: None,
+            boxed: Box::new(Pair(
+                Linear::new(2, 2, true, DType::F32, init.fork(10)),
+                Linear::new(2, 1, false, DType::F32, init.fork(11)),
+            )),
+            positions: match init {
+                Init::Meta => Tensor::meta(DType::I64, &[4]),
+                _ => Tensor::from_vec(vec![0i64, 1, 2, 3], &[4]).unwrap(),
+            },
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Helpers shared by the integration tests: locating the shared fixtures and scratch folders.
+
+use std::path::PathBuf;
+
+/// The shared fixtures folder (`../shared/fixtures` beside the workspace), or a panic that
+/// says where it was looked for.
+pub fn fixtures() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::var_os("NNX_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("..").join("shared").join("fixtures"));
+    assert!(
+        dir.join("README.md").is_file(),
+        "fixtures not found at `{}`: place the shared fixtures beside the workspace or set NNX_FIXTURES",
+        dir.display()
+    );
+    dir
+}
+
+/// A fresh scratch folder, removed when dropped.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a scratch folder can be created")
+}

@@ -1,0 +1,11 @@
+//! A `split` parameter written twice.
+
+use nnx::{Module, Tensor};
+
+#[derive(Module)]
+struct Attention {
+    #[nnx(from = "c_attn", split(axis = -1, parts = 3, index = 0, index = 1))]
+    q: Tensor,
+}
+
+fn main() {}

@@ -1,0 +1,11 @@
+//! Only `axis` may be negative.
+
+use nnx::{Module, Tensor};
+
+#[derive(Module)]
+struct Attention {
+    #[nnx(from = "c_attn", split(axis = -1, parts = -3, index = 0))]
+    q: Tensor,
+}
+
+fn main() {}
