@@ -187,6 +187,100 @@ pub enum Error {
     /// A strict or partial load that found problems; nothing was changed.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// Two operands of a kernel whose shapes do not fit together.
+    #[error("`{op}` cannot combine shapes {lhs:?} and {rhs:?}: {reason}")]
+    ShapeMismatch {
+        /// The operation attempted.
+        op: &'static str,
+        /// The shape of the first operand.
+        lhs: Vec<usize>,
+        /// The shape of the second operand.
+        rhs: Vec<usize>,
+        /// Which axes disagree and how they should relate.
+        reason: &'static str,
+    },
+    /// A kernel that computes in floating point given a tensor of another dtype.
+    #[error("`{op}` needs a float tensor (f16, bf16, f32 or f64), not {dtype}: convert the values first")]
+    NotFloat {
+        /// The operation attempted.
+        op: &'static str,
+        /// The tensor's dtype.
+        dtype: DType,
+    },
+    /// A kernel given a tensor whose rank or layout it does not take.
+    #[error("`{op}` needs a tensor of shape {expected}, found {shape:?}")]
+    BadShape {
+        /// The operation attempted.
+        op: &'static str,
+        /// The shape the operation takes, in words.
+        expected: &'static str,
+        /// The tensor's shape.
+        shape: Vec<usize>,
+    },
+    /// A list argument (ids, positions, mask) whose length does not match the tensor.
+    #[error("`{op}` needs {expected} {what} for shape {shape:?}, but {found} were given")]
+    LengthMismatch {
+        /// The operation attempted.
+        op: &'static str,
+        /// What the list holds.
+        what: &'static str,
+        /// The entries needed.
+        expected: usize,
+        /// The entries given.
+        found: usize,
+        /// The shape of the tensor the list goes with.
+        shape: Vec<usize>,
+    },
+    /// A lookup of a row that the table does not have.
+    #[error("`{op}`: id {id} at position {position} is out of range for a table of {rows} rows (shape {shape:?})")]
+    IndexOutOfRange {
+        /// The operation attempted.
+        op: &'static str,
+        /// The id asked for.
+        id: usize,
+        /// Where in the list of ids it was.
+        position: usize,
+        /// Rows in the table.
+        rows: usize,
+        /// The table's shape.
+        shape: Vec<usize>,
+    },
+    /// Affine quantization parameters MLX does not define.
+    #[error(
+        "affine quantization with {bits} bits and group size {group_size} is not supported: use bits 2, 3, 4, 5, 6 or 8 and group size 32, 64 or 128"
+    )]
+    QuantSpec {
+        /// The bits per value asked for.
+        bits: u32,
+        /// The group size asked for.
+        group_size: usize,
+    },
+    /// A weight whose last axis cannot be cut into whole quantization groups or blocks.
+    #[error(
+        "a weight of shape {shape:?} cannot be quantized in groups of {multiple}: its last axis must be a multiple of {multiple}; pick another group size or leave it unquantized"
+    )]
+    QuantColumns {
+        /// The weight's shape.
+        shape: Vec<usize>,
+        /// The group or block size the last axis must be a multiple of.
+        multiple: usize,
+    },
+    /// A stream of a quantized weight with the wrong dtype or shape for the others.
+    #[error(
+        "quantized stream `{stream}` is {found_dtype} {found_shape:?} but {expected_dtype} {expected_shape:?} was expected: the streams do not belong together or the file is damaged"
+    )]
+    QuantStream {
+        /// Which stream (`weight`, `scales`, `seeds`, ...).
+        stream: &'static str,
+        /// The dtype the other streams call for.
+        expected_dtype: DType,
+        /// The shape the other streams call for.
+        expected_shape: Vec<usize>,
+        /// The stream's dtype.
+        found_dtype: DType,
+        /// The stream's shape.
+        found_shape: Vec<usize>,
+    },
 }
 
 /// One problem found while matching a set of named tensors against a module.

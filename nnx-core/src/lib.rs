@@ -6,9 +6,11 @@
 mod dtype;
 mod element;
 mod error;
+mod kernels;
 mod module;
 pub mod nn;
 mod ops;
+pub mod quant;
 mod state;
 mod storage;
 mod table;

@@ -242,3 +242,83 @@ mod tests {
         assert_eq!(norm.bias.unwrap().to_vec::<f32>().unwrap(), [0.0; 3]);
     }
 }
+
+impl Linear {
+    /// `x · weightᵀ + bias` for `x` `[.., in_features]`, giving `[.., out_features]` in f32.
+    ///
+    /// # Errors
+    /// As [`Tensor::linear`].
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::nn::{Init, Linear};
+    /// use nnx_core::{DType, Tensor};
+    /// let layer = Linear::new(4, 2, true, DType::F32, Init::Zeros);
+    /// let y = layer.forward(&Tensor::zeros(DType::F32, &[3, 4]))?;
+    /// assert_eq!(y.shape(), [3, 2]);
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn forward(&self, x: &Tensor) -> crate::Result<Tensor> {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+impl Embedding {
+    /// The rows `ids` of the table, as `[ids.len(), embedding_dim]` in f32.
+    ///
+    /// # Errors
+    /// As [`Tensor::embedding`].
+    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor> {
+        Tensor::embedding(&self.weight, ids)
+    }
+}
+
+impl LayerNorm {
+    /// Layer normalisation of `x` over its last axis with this layer's weight, bias and eps.
+    ///
+    /// # Errors
+    /// As [`Tensor::layer_norm`].
+    pub fn forward(&self, x: &Tensor) -> crate::Result<Tensor> {
+        x.layer_norm(Some(&self.weight), self.bias.as_ref(), self.eps)
+    }
+}
+
+impl RmsNorm {
+    /// RMS normalisation of `x` over its last axis with this layer's weight and eps.
+    ///
+    /// # Errors
+    /// As [`Tensor::rms_norm`].
+    pub fn forward(&self, x: &Tensor) -> crate::Result<Tensor> {
+        x.rms_norm(Some(&self.weight), self.eps)
+    }
+}
+
+#[cfg(test)]
+mod forward_tests {
+    use super::*;
+
+    #[test]
+    fn layers_forward() {
+        let linear = Linear::new(3, 2, true, DType::F32, Init::Seeded(3));
+        let x = Tensor::from_vec(vec![1.0f32, -1.0, 2.0, 0.5, 0.0, 1.0], &[2, 3]).unwrap();
+        let w = linear.weight.to_vec::<f32>().unwrap();
+        let b = linear.bias.as_ref().unwrap().to_vec::<f32>().unwrap();
+        let xs = x.to_vec::<f32>().unwrap();
+        let y = linear.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        for row in 0..2 {
+            for out in 0..2 {
+                let expected: f32 = (0..3).map(|i| xs[row * 3 + i] * w[out * 3 + i]).sum::<f32>() + b[out];
+                assert!((y[row * 2 + out] - expected).abs() < 1e-6);
+            }
+        }
+        let embedding = Embedding::new(5, 3, DType::BF16, Init::Seeded(4));
+        assert_eq!(embedding.forward(&[4, 1]).unwrap().shape(), [2, 3]);
+        let norm = LayerNorm::new(3, true, 1e-5, DType::F32, Init::Seeded(1));
+        let normed = norm.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        assert!(normed[..3].iter().sum::<f32>().abs() < 1e-5);
+        let rms = RmsNorm::new(3, 1e-6, DType::F32, Init::Seeded(1));
+        let scaled = rms.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        let mean_square = scaled[..3].iter().map(|v| v * v).sum::<f32>() / 3.0;
+        assert!((mean_square - 1.0).abs() < 1e-4);
+    }
+}

@@ -508,6 +508,7 @@ fn check_bools(dtype: DType, bytes: &[u8]) -> Result<()> {
 }
 
 /// The size of a transparent huge page on the targets that [`advise_huge_pages`] serves.
+#[cfg(target_os = "linux")]
 const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 /// Asks the kernel to back the huge-page-aligned part of a fresh buffer, before it is first
@@ -515,13 +516,8 @@ const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// default). A cast or gather fills every byte of its output, so this costs no memory; it
 /// replaces one page fault per 4 KiB with one per 2 MiB, which on a 1 GiB checkpoint is most of
 /// the time a cast to f32 takes. Only a hint: refusals are ignored and the bytes are unchanged.
-#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(target_os = "linux")]
 fn advise_huge_pages(bytes: &mut [u8]) {
-    /// `MADV_HUGEPAGE` of the generic Linux ABI, which both targets above use.
-    const MADV_HUGEPAGE: i32 = 14;
-    unsafe extern "C" {
-        fn madvise(address: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
-    }
     let start = (bytes.as_ptr() as usize).next_multiple_of(HUGE_PAGE_BYTES);
     let end = (bytes.as_ptr() as usize + bytes.len()) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
     if end >= start + 2 * HUGE_PAGE_BYTES {
@@ -530,13 +526,13 @@ fn advise_huge_pages(bytes: &mut [u8]) {
         // which physical pages back the range, never its contents, and the result is ignored
         // because a refusal leaves the buffer as it was.
         unsafe {
-            madvise(start as *mut std::ffi::c_void, end - start, MADV_HUGEPAGE);
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
         }
     }
 }
 
 /// Elsewhere the hint is not given.
-#[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+#[cfg(not(target_os = "linux"))]
 fn advise_huge_pages(_bytes: &mut [u8]) {}
 
 /// Converts packed float elements between two castable float dtypes.

@@ -445,17 +445,29 @@ impl Archive {
     /// # Errors
     /// [`Error::Load`] with every problem, or the error of opening a shard.
     pub fn load_into<M: Module + ?Sized>(&self, module: &mut M, prefix: &str) -> Result<()> {
-        let mut expected = module_specs(module);
-        for spec in &mut expected {
-            spec.name = join(prefix, &spec.name);
+        // The common case first: every module tensor is there with its dtype and shape and the
+        // prefix holds nothing else. Only when that fails are the full specs compared, to name
+        // every problem.
+        let mut names = Vec::new();
+        let mut fits = true;
+        for_each_entry(module, |entry, tensor| {
+            let name = join(prefix, entry.name);
+            fits = fits && matches!(self.spec_fits(&name, tensor.dtype(), tensor.shape()), Ok(true));
+            names.push(name);
+        });
+        let owned = self.names.iter().filter(|name| under_prefix(name, prefix).is_some()).count();
+        if !fits || owned != names.len() {
+            let mut expected = module_specs(module);
+            for spec in &mut expected {
+                spec.name = join(prefix, &spec.name);
+            }
+            let problems = compare_specs(&expected, &self.specs(prefix)?, true);
+            if !problems.is_empty() {
+                let source = self.origin.clone();
+                return Err(LoadError { source, target: module.module_name().into(), problems }.into());
+            }
         }
-        let found = self.specs(prefix)?;
-        let problems = compare_specs(&expected, &found, true);
-        if !problems.is_empty() {
-            let source = self.origin.clone();
-            return Err(LoadError { source, target: module.module_name().into(), problems }.into());
-        }
-        let tensors = expected.iter().map(|spec| self.try_get(&spec.name)).collect::<Result<Vec<_>>>()?;
+        let tensors = names.iter().map(|name| self.try_get(name)).collect::<Result<Vec<_>>>()?;
         let mut tensors = tensors.into_iter();
         for_each_entry_mut(module, |_, tensor| {
             if let Some(loaded) = tensors.next() {
@@ -463,6 +475,11 @@ impl Archive {
             }
         });
         Ok(())
+    }
+
+    /// Whether `name` is stored with exactly `dtype` and `shape` (from headers).
+    fn spec_fits(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<bool> {
+        Ok(self.locate(name)?.is_some_and(|located| located.spec() == (dtype, shape)))
     }
 
     /// Every entry in order with what a writer needs; meta tensors are refused here, before

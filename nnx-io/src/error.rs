@@ -166,6 +166,28 @@ pub enum Error {
     /// A tensor operation failed.
     #[error(transparent)]
     Tensor(#[from] nnx_core::Error),
+    /// Entries that make up no weight encoding nnx knows.
+    #[error(
+        "`{name}` in {origin} is not a weight nnx can read (entries found: {found:?}): a weight is `NAME.weight` (float), `NAME.weight` (U32) with `NAME.scales` and `NAME.biases` (affine), or `NAME.seeds` with `NAME.nibbles` (SEED4) or `NAME.coefs` and `NAME.codes` (SEED4P4), plus `NAME.exp_bias`"
+    )]
+    UnknownEncoding {
+        /// The archive.
+        origin: String,
+        /// The weight's name (its module path).
+        name: String,
+        /// The entries under that name.
+        found: Vec<String>,
+    },
+    /// An affine weight whose bits and group size are not given and cannot be told apart.
+    #[error(
+        "cannot tell the bits and group size of the affine weight `{name}` in {origin}: add `\"quantization\": {{\"bits\": B, \"group_size\": G}}` to config.json"
+    )]
+    UnknownAffineSpec {
+        /// The archive.
+        origin: String,
+        /// The weight's name (its module path).
+        name: String,
+    },
 }
 
 impl Error {

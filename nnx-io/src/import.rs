@@ -327,9 +327,10 @@ impl fmt::Display for ImportPlan {
         let mut total = 0u64;
         for row in &self.rows {
             if let (Action::Read { .. }, Some((dtype, shape))) = (&row.action, &row.stored)
-                && entries.insert(row.source.as_str()) {
-                    total += dtype.storage_bytes(shape.iter().product::<usize>() as u64).unwrap_or(0);
-                }
+                && entries.insert(row.source.as_str())
+            {
+                total += dtype.storage_bytes(shape.iter().product::<usize>() as u64).unwrap_or(0);
+            }
             let (source, ops, dtype, shape, bytes) = match (&row.action, &row.stored) {
                 (Action::Tie(target), _) => {
                     (format!("tie {target}"), String::new(), String::new(), String::new(), String::new())

@@ -11,6 +11,7 @@ pub mod header;
 mod import;
 mod index;
 mod mapped;
+pub mod quantized;
 pub mod sniff;
 mod write;
 

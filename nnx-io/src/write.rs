@@ -1,6 +1,7 @@
 //! Writing archives: deterministic SafeTensors files, written atomically (temporary file in the
 //! same folder, fsync, rename, fsync of the folder), optionally page-aligned or sharded.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -25,6 +26,10 @@ pub struct SaveOptions {
     /// a shard of its own): `dir/model.safetensors` becomes `dir/model-00001-of-0000N.safetensors`
     /// and `dir/model.safetensors.index.json`.
     pub max_shard_bytes: Option<u64>,
+    /// When sharding, keep the entries of one logical weight together: entries whose names are
+    /// equal up to the last `.` (`x.weight`, `x.scales`, `x.biases`) go to the same shard, in
+    /// the order their group first appears. Without it, entries are placed in entry order.
+    pub group_streams: bool,
 }
 
 impl Archive {
@@ -53,7 +58,7 @@ impl Archive {
                 let items: Vec<&WriteItem<'_>> = items.iter().collect();
                 write_atomic(path, |out| write_safetensors(out, &items, &metadata, options.page_align)).map(drop)
             }
-            Some(limit) => write_shards(path, &items, &metadata, options.page_align, limit),
+            Some(limit) => write_shards(path, &items, &metadata, options.page_align, limit, options.group_streams),
         }
     }
 }
@@ -123,10 +128,33 @@ fn write_safetensors(
     let mut written = 8 + header.len() as u64;
     for &at in &order {
         let data = items[at].data()?;
-        out.write_all(&data).map_err(io)?;
+        if data.len() >= PREFAULT_BYTES && matches!(data, Cow::Borrowed(_)) {
+            // Borrowed bytes are usually pages of a mapped file that this process has not
+            // touched yet: a second thread maps them in ahead of the write, which would
+            // otherwise take each page fault itself. Without that thread the write just
+            // takes the faults.
+            std::thread::scope(|scope| {
+                let _ = std::thread::Builder::new().spawn_scoped(scope, || touch_pages(&data));
+                out.write_all(&data)
+            })
+            .map_err(io)?;
+        } else {
+            out.write_all(&data).map_err(io)?;
+        }
         written += data.len() as u64;
     }
     Ok(written)
+}
+
+/// Entries from this size on are written while another thread maps their pages in.
+const PREFAULT_BYTES: usize = 1 << 20;
+
+/// Reads one byte of every 4 KiB page of `bytes`, so that pages of a file mapping are mapped
+/// in before they are needed.
+fn touch_pages(bytes: &[u8]) {
+    for byte in bytes.iter().step_by(4096) {
+        std::hint::black_box(*byte);
+    }
 }
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -178,18 +206,37 @@ fn shard_names(path: &Path, count: usize) -> (Vec<PathBuf>, PathBuf) {
 }
 
 /// Greedy in entry order: a shard is closed when the next entry would pass the limit; an
-/// entry larger than the limit is alone in its shard.
-fn plan_shards(items: &[WriteItem<'_>], limit: u64) -> Vec<Vec<usize>> {
+/// entry larger than the limit is alone in its shard. With `group_streams`, the unit placed is
+/// a group of entries sharing a name up to the last `.` (in order of first appearance), so a
+/// group is never split; a group larger than the limit is alone in its shard.
+fn plan_shards(items: &[WriteItem<'_>], limit: u64, group_streams: bool) -> Vec<Vec<usize>> {
+    let units: Vec<Vec<usize>> = if group_streams {
+        let mut order: Vec<&str> = Vec::new();
+        let mut members: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
+        for (at, item) in items.iter().enumerate() {
+            let group = item.name.rsplit_once('.').map_or(item.name, |(stem, _)| stem);
+            members
+                .entry(group)
+                .or_insert_with(|| {
+                    order.push(group);
+                    Vec::new()
+                })
+                .push(at);
+        }
+        order.into_iter().map(|group| members.remove(group).unwrap_or_default()).collect()
+    } else {
+        (0..items.len()).map(|at| vec![at]).collect()
+    };
     let mut shards: Vec<Vec<usize>> = Vec::new();
     let mut current: Vec<usize> = Vec::new();
     let mut size = 0u64;
-    for (at, item) in items.iter().enumerate() {
-        let bytes = item.bytes as u64;
+    for unit in units {
+        let bytes: u64 = unit.iter().map(|&at| items[at].bytes as u64).sum();
         if !current.is_empty() && size + bytes > limit {
             shards.push(std::mem::take(&mut current));
             size = 0;
         }
-        current.push(at);
+        current.extend(unit);
         size += bytes;
     }
     if !current.is_empty() || shards.is_empty() {
@@ -204,8 +251,9 @@ fn write_shards(
     metadata: &BTreeMap<String, String>,
     page_align: bool,
     limit: u64,
+    group_streams: bool,
 ) -> Result<()> {
-    let plan = plan_shards(items, limit);
+    let plan = plan_shards(items, limit, group_streams);
     let (shard_paths, index_path) = shard_names(path, plan.len());
     let mut weight_map = Vec::with_capacity(items.len());
     for (members, shard_path) in plan.iter().zip(&shard_paths) {

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::nn::{Embedding, Init, LayerNorm, Linear};
-use crate::{DType, Module};
+use crate::{DType, Module, Tensor};
 
 /// The fields of a GPT-2 `config.json` that shape the model.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -149,5 +149,36 @@ impl Gpt2 {
             ln_f: norm(),
             config: config.clone(),
         }
+    }
+}
+
+impl Gpt2 {
+    /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32.
+    ///
+    /// # Errors
+    /// A token id past the vocabulary, or a sequence longer than `n_positions`.
+    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor> {
+        let (seq, width, heads) = (ids.len(), self.config.n_embd, self.config.n_head);
+        let positions: Vec<u32> = (0..seq as u32).collect();
+        let mut h = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        let split_heads = |t: Tensor| -> crate::Result<Tensor> {
+            Ok(t.reshape(&[1, seq, heads, width / heads])?.permute(&[0, 2, 1, 3])?.contiguous())
+        };
+        for block in &self.h {
+            let x = block.ln_1.forward(&h)?;
+            let (q, k, v) = (block.attn.q.forward(&x)?, block.attn.k.forward(&x)?, block.attn.v.forward(&x)?);
+            let context = Tensor::attention(&split_heads(q)?, &split_heads(k)?, &split_heads(v)?, true, None)?;
+            let merged = context.permute(&[0, 2, 1, 3])?.reshape(&[seq, width])?;
+            h = h.add(&block.attn.out.forward(&merged)?)?;
+            let x = block.ln_2.forward(&h)?;
+            h = h.add(&block.mlp.down.forward(&block.mlp.up.forward(&x)?.gelu_tanh()?)?)?;
+        }
+        Ok(self.ln_f.forward(&h)?.linear(&self.lm_head.weight, None)?)
+    }
+}
+
+impl super::CausalLm for Gpt2 {
+    fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
+        self.forward(ids)
     }
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::nn::{Embedding, Init, Linear, RmsNorm};
-use crate::{DType, Module};
+use crate::{DType, Module, Tensor};
 
 /// The fields of a Llama `config.json` that shape the model.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -32,6 +32,20 @@ pub struct LlamaConfig {
     /// Whether `lm_head` is the token embedding.
     #[serde(default)]
     pub tie_word_embeddings: bool,
+    /// Rotary base (older configs).
+    #[serde(default)]
+    pub rope_theta: Option<f32>,
+    /// Rotary settings (newer configs).
+    #[serde(default)]
+    pub rope_parameters: Option<RopeParameters>,
+}
+
+/// The `rope_parameters` object of newer configs.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct RopeParameters {
+    /// Rotary base.
+    #[serde(default)]
+    pub rope_theta: Option<f32>,
 }
 
 fn default_epsilon() -> f32 {
@@ -50,6 +64,11 @@ impl LlamaConfig {
     /// Width of one head.
     pub fn head_dim(&self) -> usize {
         self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// The rotary base: `rope_parameters.rope_theta`, else `rope_theta`, else 10000.
+    pub fn theta(&self) -> f32 {
+        self.rope_parameters.as_ref().and_then(|rope| rope.rope_theta).or(self.rope_theta).unwrap_or(10_000.0)
     }
 
     /// Key/value heads.
@@ -159,5 +178,42 @@ impl Llama {
             lm_head: linear(hidden, config.vocab_size, init.fork(2)),
             config: config.clone(),
         }
+    }
+}
+
+impl Llama {
+    /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights of any
+    /// float dtype; activations in f32).
+    ///
+    /// # Errors
+    /// A token id past the vocabulary.
+    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor> {
+        let config = &self.config;
+        let (seq, head_dim) = (ids.len(), config.head_dim());
+        let positions: Vec<usize> = (0..seq).collect();
+        let split_heads = |t: Tensor, heads: usize| -> crate::Result<Tensor> {
+            Ok(t.reshape(&[1, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?.contiguous())
+        };
+        let mut h = self.embed.forward(ids)?;
+        for layer in &self.layers {
+            let x = layer.attn_norm.forward(&h)?;
+            let q = split_heads(layer.attn.q.forward(&x)?, config.num_attention_heads)?
+                .rotary(&positions, config.theta())?;
+            let k = split_heads(layer.attn.k.forward(&x)?, config.kv_heads())?.rotary(&positions, config.theta())?;
+            let v = split_heads(layer.attn.v.forward(&x)?, config.kv_heads())?;
+            let context = Tensor::attention(&q, &k, &v, true, None)?;
+            let merged = context.permute(&[0, 2, 1, 3])?.reshape(&[seq, config.num_attention_heads * head_dim])?;
+            h = h.add(&layer.attn.o.forward(&merged)?)?;
+            let x = layer.mlp_norm.forward(&h)?;
+            let gated = layer.mlp.gate.forward(&x)?.silu()?.mul(&layer.mlp.up.forward(&x)?)?;
+            h = h.add(&layer.mlp.down.forward(&gated)?)?;
+        }
+        Ok(self.lm_head.forward(&self.norm.forward(&h)?)?)
+    }
+}
+
+impl super::CausalLm for Llama {
+    fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
+        self.forward(ids)
     }
 }

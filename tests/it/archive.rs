@@ -304,3 +304,21 @@ fn unions_refuse_names_defined_twice_and_select_by_prefix() {
     assert_eq!(first.select("x").names().collect::<Vec<_>>(), ["x.weight"]);
     assert_eq!(first.select("").len(), 2);
 }
+
+#[test]
+fn tensors_keep_their_mapping_alive_and_copies_detach() {
+    let dir = scratch();
+    let path = dir.path().join("alive.safetensors");
+    let values: Vec<f32> = (0..64).map(|v| v as f32).collect();
+    let mut archive = Archive::new();
+    archive.insert("w", Tensor::from_vec(values.clone(), &[8, 8]).unwrap());
+    archive.save(&path).unwrap();
+    let tensor = Archive::open(&path).unwrap().get("w").unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(tensor.is_mapped(), "the archive is gone but the tensor holds the mapping");
+    assert_eq!(tensor.to_vec::<f32>().unwrap(), values);
+    let copy = tensor.transpose(0, 1).unwrap().copy();
+    assert!(!copy.is_mapped() && copy.is_contiguous() && !copy.shares_storage(&tensor));
+    drop(tensor);
+    assert_eq!(copy.to_vec::<f32>().unwrap()[..3], [0.0, 8.0, 16.0]);
+}

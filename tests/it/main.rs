@@ -1,10 +1,16 @@
 //! Integration tests of the public API, one module per capability.
 
 mod archive;
+mod cli;
+mod generate;
 mod hostile;
 mod import;
+mod minilm;
 mod models;
 mod python;
+mod quant_affine;
+mod quant_cli;
+mod quant_seed;
 mod snapshots;
 mod state;
 mod tensor;

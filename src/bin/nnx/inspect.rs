@@ -1,56 +1,10 @@
-//! The `nnx` command line: `nnx inspect PATH [--json]` lists what a SafeTensors file, shard
-//! index or folder holds, from headers alone.
+//! `nnx inspect PATH [--json]`: names, dtypes, shapes, bytes, offsets, metadata and totals of
+//! a SafeTensors file, shard index or folder, from headers alone.
 
-use std::path::PathBuf;
-use std::process::ExitCode;
-
-use clap::{Parser, Subcommand};
 use nnx::{Archive, EntryInfo};
 
-#[derive(Parser)]
-#[command(name = "nnx", version, about = "Inspect and convert model weights")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// List entries (name, dtype, shape, bytes, offsets), metadata and totals.
-    Inspect {
-        /// A `.safetensors` file, a shard index (`*.index.json`) or a folder.
-        path: PathBuf,
-        /// Print one JSON object instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(error) => {
-            let code = if error.use_stderr() { 1 } else { 0 };
-            let _ = error.print();
-            return ExitCode::from(code);
-        }
-    };
-    let result = match cli.command {
-        Command::Inspect { path, json } => inspect(&path, json),
-    };
-    match result {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("error: {}", error.to_string().replace('\n', "; "));
-            ExitCode::from(1)
-        }
-    }
-}
-
-fn inspect(path: &std::path::Path, json: bool) -> nnx::Result<String> {
+/// Lists what `path` holds, as a table or one JSON object.
+pub fn run(path: &std::path::Path, json: bool) -> nnx::Result<String> {
     let archive = Archive::open(path)?;
     let entries: Vec<EntryInfo> = archive.names().map(|name| archive.info(name)).collect::<nnx::Result<_>>()?;
     let total: usize = entries.iter().map(|entry| entry.bytes).sum();

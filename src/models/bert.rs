@@ -1,0 +1,209 @@
+//! BERT encoders as Hugging Face stores them (`embeddings.*`, `encoder.layer.N.attention.self.query`,
+//! ...), with the sentence-embedding head of sentence-transformers: mean pooling over the
+//! attention mask, then L2 normalisation. all-MiniLM-L6-v2 is one of these.
+
+use std::path::Path;
+
+use crate::nn::{Embedding, Init, LayerNorm, Linear};
+use crate::{DType, Module, Tensor};
+
+/// The fields of a BERT `config.json` that shape the model.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct BertConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Width of the hidden states.
+    pub hidden_size: usize,
+    /// Number of layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads per layer.
+    pub num_attention_heads: usize,
+    /// Width of the feed-forward network.
+    pub intermediate_size: usize,
+    /// Longest sequence (learned positions).
+    pub max_position_embeddings: usize,
+    /// Number of token types (segments).
+    #[serde(default = "default_types")]
+    pub type_vocab_size: usize,
+    /// LayerNorm epsilon.
+    #[serde(default = "default_epsilon")]
+    pub layer_norm_eps: f32,
+}
+
+fn default_types() -> usize {
+    2
+}
+
+fn default_epsilon() -> f32 {
+    1e-12
+}
+
+impl BertConfig {
+    /// Reads a `config.json`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] or [`crate::Error::Config`].
+    pub fn from_file(path: impl AsRef<Path>) -> crate::Result<BertConfig> {
+        super::read_config(path.as_ref())
+    }
+}
+
+/// Token, position and token-type embeddings, summed and normalised.
+#[derive(Module, Clone, Debug)]
+pub struct Embeddings {
+    /// Token embeddings.
+    #[nnx(from = "word_embeddings")]
+    pub words: Embedding,
+    /// Position embeddings.
+    #[nnx(from = "position_embeddings")]
+    pub positions: Embedding,
+    /// Token-type (segment) embeddings.
+    #[nnx(from = "token_type_embeddings")]
+    pub token_types: Embedding,
+    /// Norm of the sum.
+    #[nnx(from = "LayerNorm")]
+    pub norm: LayerNorm,
+}
+
+/// One post-norm encoder layer.
+#[derive(Module, Clone, Debug)]
+pub struct Layer {
+    /// Query projection.
+    #[nnx(from = "attention.self.query")]
+    pub q: Linear,
+    /// Key projection.
+    #[nnx(from = "attention.self.key")]
+    pub k: Linear,
+    /// Value projection.
+    #[nnx(from = "attention.self.value")]
+    pub v: Linear,
+    /// Attention output projection.
+    #[nnx(from = "attention.output.dense")]
+    pub attn_out: Linear,
+    /// Norm after attention.
+    #[nnx(from = "attention.output.LayerNorm")]
+    pub attn_norm: LayerNorm,
+    /// Feed-forward expansion.
+    #[nnx(from = "intermediate.dense")]
+    pub up: Linear,
+    /// Feed-forward projection back.
+    #[nnx(from = "output.dense")]
+    pub down: Linear,
+    /// Norm after the feed-forward network.
+    #[nnx(from = "output.LayerNorm")]
+    pub out_norm: LayerNorm,
+}
+
+/// A BERT encoder (no pooler: sentence embeddings pool the hidden states).
+#[derive(Module, Clone, Debug)]
+pub struct Bert {
+    /// Embeddings.
+    pub embeddings: Embeddings,
+    /// The layers.
+    #[nnx(from = "encoder.layer")]
+    pub layers: Vec<Layer>,
+    /// The configuration.
+    #[nnx(skip)]
+    pub config: BertConfig,
+}
+
+/// A batch of token ids padded to one length, with its attention mask.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// `batch * seq` token ids, row-major.
+    pub ids: Vec<u32>,
+    /// `batch * seq` flags: `true` for real tokens, `false` for padding.
+    pub mask: Vec<bool>,
+    /// Number of sequences.
+    pub batch: usize,
+    /// Padded length.
+    pub seq: usize,
+}
+
+impl Batch {
+    /// Pads `sequences` with `pad_id` to the longest one.
+    pub fn pad(sequences: &[Vec<u32>], pad_id: u32) -> Batch {
+        let seq = sequences.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut ids = Vec::with_capacity(sequences.len() * seq);
+        let mut mask = Vec::with_capacity(sequences.len() * seq);
+        for sequence in sequences {
+            ids.extend(sequence.iter().copied().chain(std::iter::repeat(pad_id)).take(seq));
+            mask.extend((0..seq).map(|at| at < sequence.len()));
+        }
+        Batch { ids, mask, batch: sequences.len(), seq }
+    }
+}
+
+impl Bert {
+    /// A model of `config`; [`Init::Meta`] allocates nothing, for importing.
+    pub fn new(config: &BertConfig, dtype: DType, init: Init) -> Bert {
+        let hidden = config.hidden_size;
+        let norm = || LayerNorm::new(hidden, true, config.layer_norm_eps, dtype, init);
+        let linear = |input: usize, output: usize, init: Init| Linear::new(input, output, true, dtype, init);
+        Bert {
+            embeddings: Embeddings {
+                words: Embedding::new(config.vocab_size, hidden, dtype, init.fork(1)),
+                positions: Embedding::new(config.max_position_embeddings, hidden, dtype, init.fork(2)),
+                token_types: Embedding::new(config.type_vocab_size, hidden, dtype, init.fork(3)),
+                norm: norm(),
+            },
+            layers: (0..config.num_hidden_layers)
+                .map(|layer| {
+                    let init = init.fork(100 + layer as u64);
+                    Layer {
+                        q: linear(hidden, hidden, init.fork(1)),
+                        k: linear(hidden, hidden, init.fork(2)),
+                        v: linear(hidden, hidden, init.fork(3)),
+                        attn_out: linear(hidden, hidden, init.fork(4)),
+                        attn_norm: norm(),
+                        up: linear(hidden, config.intermediate_size, init.fork(5)),
+                        down: linear(config.intermediate_size, hidden, init.fork(6)),
+                        out_norm: norm(),
+                    }
+                })
+                .collect(),
+            config: config.clone(),
+        }
+    }
+
+    /// The last hidden states, `[batch, seq, hidden]` in F32.
+    ///
+    /// # Errors
+    /// A token id past the vocabulary, or a batch longer than the position table.
+    pub fn forward(&self, batch: &Batch) -> crate::Result<Tensor> {
+        let (size, seq, hidden) = (batch.batch, batch.seq, self.config.hidden_size);
+        let heads = self.config.num_attention_heads;
+        let positions: Vec<u32> = (0..batch.batch).flat_map(|_| 0..seq as u32).collect();
+        let types = vec![0u32; batch.ids.len()];
+        let embedded = self
+            .embeddings
+            .words
+            .forward(&batch.ids)?
+            .add(&self.embeddings.positions.forward(&positions)?)?
+            .add(&self.embeddings.token_types.forward(&types)?)?;
+        let mut x = self.embeddings.norm.forward(&embedded)?;
+        let split_heads = |t: Tensor| -> crate::Result<Tensor> {
+            Ok(t.reshape(&[size, seq, heads, hidden / heads])?.permute(&[0, 2, 1, 3])?.contiguous())
+        };
+        for layer in &self.layers {
+            let q = split_heads(layer.q.forward(&x)?)?;
+            let k = split_heads(layer.k.forward(&x)?)?;
+            let v = split_heads(layer.v.forward(&x)?)?;
+            let context = Tensor::attention(&q, &k, &v, false, Some(&batch.mask))?;
+            let merged = context.permute(&[0, 2, 1, 3])?.reshape(&[size * seq, hidden])?;
+            x = layer.attn_norm.forward(&layer.attn_out.forward(&merged)?.add(&x)?)?;
+            let inner = layer.up.forward(&x)?.gelu()?;
+            x = layer.out_norm.forward(&layer.down.forward(&inner)?.add(&x)?)?;
+        }
+        Ok(x.reshape(&[size, seq, hidden])?)
+    }
+
+    /// Sentence embeddings as sentence-transformers makes them: the hidden states averaged over
+    /// the real tokens, then scaled to unit length. `[batch, hidden]` in F32.
+    ///
+    /// # Errors
+    /// As [`Bert::forward`].
+    pub fn embed(&self, batch: &Batch) -> crate::Result<Tensor> {
+        Ok(self.forward(batch)?.mean_pool(&batch.mask)?.l2_normalize()?)
+    }
+}

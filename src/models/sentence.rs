@@ -1,0 +1,100 @@
+//! Sentence embeddings from a sentence-transformers folder (`config.json`, `model.safetensors`,
+//! `tokenizer.json`, `sentence_bert_config.json`): tokenize, run the BERT encoder, mean-pool
+//! over the attention mask, L2-normalise.
+
+use std::path::{Path, PathBuf};
+
+use tokenizers::{Tokenizer, TruncationParams};
+
+use super::bert::{Batch, Bert, BertConfig};
+use crate::nn::Init;
+use crate::{Archive, DType, Error, ImportReport, Result};
+
+/// The folder's own sequence limit, which differs from the one saved in `tokenizer.json`.
+#[derive(serde::Deserialize)]
+struct SentenceBertConfig {
+    max_seq_length: usize,
+}
+
+/// A sentence encoder: a tokenizer and a BERT model imported from a sentence-transformers folder.
+pub struct SentenceEncoder {
+    tokenizer: Tokenizer,
+    model: Bert,
+    folder: PathBuf,
+    report: ImportReport,
+}
+
+impl SentenceEncoder {
+    /// Loads the folder: the weights are imported as views of the mapped `model.safetensors`.
+    ///
+    /// # Errors
+    /// A missing or unreadable file (named), or weights that do not fit the configuration.
+    pub fn from_folder(folder: impl AsRef<Path>) -> Result<SentenceEncoder> {
+        let folder = folder.as_ref().to_path_buf();
+        let config = BertConfig::from_file(folder.join("config.json"))?;
+        let sentence_config = folder.join("sentence_bert_config.json");
+        let max_length = match std::fs::read_to_string(&sentence_config) {
+            Ok(text) => {
+                serde_json::from_str::<SentenceBertConfig>(&text)
+                    .map_err(|error| Error::Config { path: sentence_config.clone(), reason: error.to_string() })?
+                    .max_seq_length
+            }
+            Err(_) => config.max_position_embeddings,
+        };
+        let tokenizer_path = folder.join("tokenizer.json");
+        let text_error = |reason: String| Error::Config { path: tokenizer_path.clone(), reason };
+        let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|error| text_error(error.to_string()))?;
+        // Padding is done per batch (to the longest sentence); truncation follows the model.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
+            .map_err(|error| text_error(error.to_string()))?;
+        let mut model = Bert::new(&config, DType::F32, Init::Meta);
+        let report = Archive::open(&folder)?.import_into(&mut model, "")?;
+        Ok(SentenceEncoder { tokenizer, model, folder, report })
+    }
+
+    /// The folder this encoder was loaded from.
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
+    /// What the import read (entries such as the pooler are listed as unused).
+    pub fn import_report(&self) -> &ImportReport {
+        &self.report
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Bert {
+        &self.model
+    }
+
+    /// Token ids of each sentence, with the special tokens.
+    ///
+    /// # Errors
+    /// The tokenizer's error, as [`Error::Config`] naming `tokenizer.json`.
+    pub fn tokenize(&self, sentences: &[&str]) -> Result<Vec<Vec<u32>>> {
+        let encodings = self
+            .tokenizer
+            .encode_batch(sentences.to_vec(), true)
+            .map_err(|error| Error::Config { path: self.folder.join("tokenizer.json"), reason: error.to_string() })?;
+        Ok(encodings.iter().map(|encoding| encoding.get_ids().to_vec()).collect())
+    }
+
+    /// Unit-length embeddings of `sentences`, in order, computed in batches of `batch_size`
+    /// padded to their longest sentence.
+    ///
+    /// # Errors
+    /// As [`SentenceEncoder::tokenize`] and [`Bert::embed`].
+    pub fn encode(&self, sentences: &[&str], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        let ids = self.tokenize(sentences)?;
+        let pad = self.tokenizer.token_to_id("[PAD]").unwrap_or(0);
+        let hidden = self.model.config.hidden_size;
+        let mut out = Vec::with_capacity(sentences.len());
+        for chunk in ids.chunks(batch_size.max(1)) {
+            let embeddings = self.model.embed(&Batch::pad(chunk, pad))?.to_f32_vec()?;
+            out.extend(embeddings.chunks(hidden).map(<[f32]>::to_vec));
+        }
+        Ok(out)
+    }
+}

