@@ -170,6 +170,7 @@ pub(crate) fn short_type_name(full: &'static str) -> &'static str {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl Module for Tensor {
     fn walk(&self, visitor: &mut dyn Visitor) {
         visitor.tensor(self);
@@ -180,6 +181,7 @@ impl Module for Tensor {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl<M: Module> Module for Vec<M> {
     fn walk(&self, visitor: &mut dyn Visitor) {
         for (index, item) in self.iter().enumerate() {
@@ -198,6 +200,7 @@ impl<M: Module> Module for Vec<M> {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl<M: Module, const N: usize> Module for [M; N] {
     fn walk(&self, visitor: &mut dyn Visitor) {
         for (index, item) in self.iter().enumerate() {
@@ -216,6 +219,7 @@ impl<M: Module, const N: usize> Module for [M; N] {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl<M: Module> Module for Option<M> {
     fn walk(&self, visitor: &mut dyn Visitor) {
         if let Some(inner) = self {
@@ -230,6 +234,7 @@ impl<M: Module> Module for Option<M> {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl<M: Module + ?Sized> Module for Box<M> {
     fn walk(&self, visitor: &mut dyn Visitor) {
         (**self).walk(visitor);
@@ -250,10 +255,19 @@ impl<M: Module + ?Sized> Module for Box<M> {
 )]
 pub trait HoldsTensors {}
 
+// Every impl of `Module` and `HoldsTensors` is marked `do_not_recommend`: a missing impl is then
+// reported for the type the user wrote (`usize`, not `Vec<usize>`), and compile errors do not
+// list whichever types happen to implement the traits.
+
+#[diagnostic::do_not_recommend]
 impl HoldsTensors for Tensor {}
+#[diagnostic::do_not_recommend]
 impl<M: HoldsTensors> HoldsTensors for Vec<M> {}
+#[diagnostic::do_not_recommend]
 impl<M: HoldsTensors, const N: usize> HoldsTensors for [M; N] {}
+#[diagnostic::do_not_recommend]
 impl<M: HoldsTensors> HoldsTensors for Option<M> {}
+#[diagnostic::do_not_recommend]
 impl<M: HoldsTensors + ?Sized> HoldsTensors for Box<M> {}
 
 /// One import operation on the way from a source entry to a model tensor.

@@ -80,6 +80,7 @@ const BIAS: Field = Field { ident: "bias", segment: "bias", rule: ImportRule::NO
 /// Walks `weight` and an optional `bias`, the state of every layer here.
 macro_rules! weight_and_bias {
     ($layer:ty, $bias:ident) => {
+        #[diagnostic::do_not_recommend]
         impl Module for $layer {
             fn walk(&self, visitor: &mut dyn Visitor) {
                 visitor.enter(Step::Field(&WEIGHT));
@@ -96,6 +97,7 @@ macro_rules! weight_and_bias {
             }
         }
 
+        #[diagnostic::do_not_recommend]
         impl HoldsTensors for $layer {}
     };
     (@bias $self:ident, $visitor:ident, $walk:ident, bias) => {

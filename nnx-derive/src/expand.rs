@@ -79,6 +79,7 @@ fn impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
     let holds_tensors = (!walked.is_empty()).then(|| {
         quote! {
             #[automatically_derived]
+            #[diagnostic::do_not_recommend]
             impl #impl_generics #private::HoldsTensors for #ident #ty_generics #where_clause {}
         }
     });
@@ -86,6 +87,7 @@ fn impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
         #[allow(unused_qualifications, clippy::all)]
         const _: () = {
             #[automatically_derived]
+            #[diagnostic::do_not_recommend]
             impl #impl_generics #private::Module for #ident #ty_generics #where_clause {
                 fn walk(&self, #visitor: &mut dyn #private::Visitor) {
                     #(#assertions)*

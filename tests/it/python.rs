@@ -113,13 +113,8 @@ fn interpreter() -> String {
     if let Ok(python) = std::env::var("NNX_PYTHON") {
         return python;
     }
-    let cache = std::env::var_os("NNX_CACHE")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache").join("nnx")));
-    match cache.map(|cache| cache.join("venv").join("bin").join("python")) {
-        Some(python) if python.is_file() => python.display().to_string(),
-        _ => "python3".into(),
-    }
+    let python = crate::util::cache_dir().join("venv").join("bin").join("python");
+    if python.is_file() { python.display().to_string() } else { "python3".into() }
 }
 
 /// Fails (never skips) when the interpreter cannot import the reference packages.

@@ -182,7 +182,7 @@ fn written_folders_keep_streams_together_on_pages_with_an_overlay() {
         let info = written.info(name).unwrap();
         let location = info.location.unwrap();
         assert_eq!(written.metadata().get("format").map(String::as_str), Some("mlx"));
-        if info.bytes % 16384 == 0 {
+        if info.bytes.is_multiple_of(16384) {
             assert_eq!(location.file_offset % 16384, 0, "{name} is not on a page");
         }
     }

@@ -21,3 +21,11 @@ pub fn fixtures() -> PathBuf {
 pub fn scratch() -> tempfile::TempDir {
     tempfile::tempdir().expect("a scratch folder can be created")
 }
+
+/// Where `scripts/setup.sh` installs what the tests compare against: `NNX_CACHE`, else
+/// `~/.cache/nnx`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("NNX_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache").join("nnx"))
+}

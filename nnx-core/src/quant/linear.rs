@@ -185,6 +185,7 @@ impl QuantizedLinear {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl Module for QuantizedLinear {
     fn walk(&self, visitor: &mut dyn Visitor) {
         visit(visitor, &WEIGHT, &self.weight);
@@ -205,6 +206,7 @@ impl Module for QuantizedLinear {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl HoldsTensors for QuantizedLinear {}
 
 /// A linear layer with a SEED4 or SEED4P4 weight, named as NanoSeedLM names it: `seeds`,
@@ -295,6 +297,7 @@ impl SeedLinear {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl Module for SeedLinear {
     fn walk(&self, visitor: &mut dyn Visitor) {
         visit(visitor, &SEEDS, &self.weight.seeds);
@@ -323,6 +326,7 @@ impl Module for SeedLinear {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl HoldsTensors for SeedLinear {}
 
 #[cfg(test)]

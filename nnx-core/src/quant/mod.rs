@@ -38,6 +38,25 @@ fn with_slice<T: Element, R>(tensor: &Tensor, read: impl FnOnce(&[T]) -> R) -> R
     Ok(read(slice))
 }
 
+/// An owned f32 buffer that a tensor can sit on without a copy.
+struct OwnedValues(Vec<f32>);
+
+impl crate::ByteSource for OwnedValues {
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+
+    fn is_file_mapping(&self) -> bool {
+        false
+    }
+}
+
+/// An f32 tensor over `values` without copying them.
+fn f32_tensor(values: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
+    let len = values.len() * 4;
+    Tensor::from_shared(std::sync::Arc::new(OwnedValues(values)), 0, len, DType::F32, shape)
+}
+
 /// The float values of `tensor` widened to f32 (exact for f16 and bf16).
 fn f32_values(tensor: &Tensor) -> Result<Vec<f32>> {
     tensor.to_dtype(DType::F32)?.to_vec::<f32>()
@@ -102,7 +121,8 @@ mod tests {
 
     #[test]
     fn bf16_rounding_is_nearest_even() {
-        for value in [1.0f32, 1.00390625, 1.005859375, -3.3e-5, 65504.0, f32::INFINITY, 1e-40] {
+        let ties = [f32::from_bits(0x3f80_8000), f32::from_bits(0x3f81_8000), f32::from_bits(0xbf80_c000)];
+        for value in [1.0f32, -3.3e-5, 65504.0, f32::INFINITY, 1e-40].into_iter().chain(ties) {
             assert_eq!(round_bf16(value), half::bf16::from_f32(value).to_f32(), "{value}");
         }
         assert!(round_bf16(f32::NAN).is_nan());

@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use super::{check_stream, f32_values, round_bf16};
+use super::{check_stream, f32_tensor, f32_values, round_bf16};
 use crate::error::{Error, Result};
 use crate::{DType, Tensor};
 
@@ -235,7 +235,7 @@ impl SeedWeight {
         let decoder = self.decoder()?;
         let mut out = vec![0f32; shape.iter().product()];
         decoder.rows(0, shape[0] * shape[1], &mut out);
-        Tensor::from_vec(out, &shape)?.to_dtype(DType::BF16)
+        f32_tensor(out, &shape)?.to_dtype(DType::BF16)
     }
 
     /// Reads the streams for row-wise decoding.
@@ -269,9 +269,9 @@ impl SeedWeight {
             return Err(Error::NotFloat { op: "seed encode", dtype: source.dtype() });
         }
         let multiple = if encoding == SeedEncoding::Seed4 { BLOCK } else { 2 * BLOCK };
-        let (slices, rows, columns) = match source.shape() {
-            &[rows, columns] => (1, rows, columns),
-            &[slices, rows, columns] => (slices, rows, columns),
+        let (slices, rows, columns) = match *source.shape() {
+            [rows, columns] => (1, rows, columns),
+            [slices, rows, columns] => (slices, rows, columns),
             _ => (0, 0, 0),
         };
         if columns == 0 || !columns.is_multiple_of(multiple) {
@@ -531,8 +531,10 @@ fn search_batch<const P: usize>(basis: &[f32], states: &[u16], blocks: &[&[f32]]
             if -fit >= best[k] || norms[k] == 0.0 {
                 continue;
             }
-            if let Some((error, q, code)) = quantize_coefficients::<P>(&gram, &r, &a, biases[k]) {
-                if error < best[k] {
+            if let Some((error, q, code)) = quantize_coefficients::<P>(&gram, &r, &a, biases[k])
+                && error < best[k]
+            {
+                {
                     best[k] = error;
                     let mut stored = [0; 4];
                     stored[..P].copy_from_slice(&q);

@@ -75,8 +75,7 @@ pub fn run(input: &Path, output: &Path, dtype: Option<FloatType>) -> Result<Stri
         });
         save_folder(output, &decoded, config.as_ref(), None)?;
     } else {
-        let mut options = SaveOptions::default();
-        options.metadata = archive.metadata().clone();
+        let mut options = SaveOptions { metadata: archive.metadata().clone(), ..SaveOptions::default() };
         options.metadata.remove("quantization");
         decoded.save_with(output, &options)?;
     }
