@@ -517,7 +517,7 @@ const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// replaces one page fault per 4 KiB with one per 2 MiB, which on a 1 GiB checkpoint is most of
 /// the time a cast to f32 takes. Only a hint: refusals are ignored and the bytes are unchanged.
 #[cfg(target_os = "linux")]
-fn advise_huge_pages(bytes: &mut [u8]) {
+pub(crate) fn advise_huge_pages(bytes: &mut [u8]) {
     let start = (bytes.as_ptr() as usize).next_multiple_of(HUGE_PAGE_BYTES);
     let end = (bytes.as_ptr() as usize + bytes.len()) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
     if end >= start + 2 * HUGE_PAGE_BYTES {
@@ -533,7 +533,7 @@ fn advise_huge_pages(bytes: &mut [u8]) {
 
 /// Elsewhere the hint is not given.
 #[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_bytes: &mut [u8]) {}
+pub(crate) fn advise_huge_pages(_bytes: &mut [u8]) {}
 
 /// Converts packed float elements between two castable float dtypes.
 fn convert(from: DType, input: &[u8], to: DType, output: &mut [u8]) {

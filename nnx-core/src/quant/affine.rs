@@ -165,6 +165,7 @@ impl AffineWeight {
     pub(crate) fn dequantize_f32(&self) -> Result<Vec<f32>> {
         let rows = self.scales.len() / self.scales.shape().last().copied().unwrap_or(1).max(1);
         let mut out = vec![0f32; self.scales.len() * self.spec.group_size];
+        crate::tensor::advise_huge_pages(bytemuck::cast_slice_mut(&mut out));
         self.dequantize_rows(0, rows, &mut out)?;
         Ok(out)
     }
