@@ -11,9 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nnx::quant::{
-    AffineSpec, AffineWeight, EncodeOptions, QuantizedLinear, SeedEncoding, SeedLinear, SeedWeight, dense_matmul,
-};
+use nnx::quant::{AffineSpec, AffineWeight, EncodeOptions, QuantizedLinear, SeedEncoding, SeedLinear, SeedWeight};
 use nnx::{DType, Tensor};
 
 /// Rows and columns of the matrix.
@@ -112,16 +110,14 @@ fn main() {
     rows.push(["dequantize Q4 g64 to f32".into(), ms(dequantize), mlx_ms("dequantize")]);
 
     let layer = QuantizedLinear::new(quantized.clone(), None).unwrap();
-    let dense = weight.to_vec::<f32>().unwrap();
     for m in [1, 32] {
         let x = Tensor::from_vec(values(m * SIZE, 7 + m as u64), &[m, SIZE]).unwrap();
-        let xs = x.to_vec::<f32>().unwrap();
         let fused = median(|| {
             black_box(layer.forward(&x).unwrap());
         });
         rows.push([format!("Q4 g64 matmul, batch {m}"), ms(fused), mlx_ms(&format!("qmm{m}"))]);
         let full = median(|| {
-            black_box(dense_matmul(&xs, m, SIZE, &dense, SIZE));
+            black_box(x.linear(&weight, None).unwrap());
         });
         rows.push([format!("f32 matmul, batch {m}"), ms(full), mlx_ms(&format!("mm{m}"))]);
     }

@@ -181,41 +181,43 @@ impl Module for Tensor {
     }
 }
 
+/// Walks a sequence, each element under its index.
+fn walk_items<'a, M: Module + 'a>(items: impl Iterator<Item = &'a M>, visitor: &mut dyn Visitor) {
+    for (index, item) in items.enumerate() {
+        visitor.enter(Step::Index(index));
+        item.walk(visitor);
+        visitor.leave();
+    }
+}
+
+/// Walks a sequence mutably, each element under its index.
+fn walk_items_mut<'a, M: Module + 'a>(items: impl Iterator<Item = &'a mut M>, visitor: &mut dyn VisitorMut) {
+    for (index, item) in items.enumerate() {
+        visitor.enter(Step::Index(index));
+        item.walk_mut(visitor);
+        visitor.leave();
+    }
+}
+
 #[diagnostic::do_not_recommend]
 impl<M: Module> Module for Vec<M> {
     fn walk(&self, visitor: &mut dyn Visitor) {
-        for (index, item) in self.iter().enumerate() {
-            visitor.enter(Step::Index(index));
-            item.walk(visitor);
-            visitor.leave();
-        }
+        walk_items(self.iter(), visitor);
     }
 
     fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        for (index, item) in self.iter_mut().enumerate() {
-            visitor.enter(Step::Index(index));
-            item.walk_mut(visitor);
-            visitor.leave();
-        }
+        walk_items_mut(self.iter_mut(), visitor);
     }
 }
 
 #[diagnostic::do_not_recommend]
 impl<M: Module, const N: usize> Module for [M; N] {
     fn walk(&self, visitor: &mut dyn Visitor) {
-        for (index, item) in self.iter().enumerate() {
-            visitor.enter(Step::Index(index));
-            item.walk(visitor);
-            visitor.leave();
-        }
+        walk_items(self.iter(), visitor);
     }
 
     fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        for (index, item) in self.iter_mut().enumerate() {
-            visitor.enter(Step::Index(index));
-            item.walk_mut(visitor);
-            visitor.leave();
-        }
+        walk_items_mut(self.iter_mut(), visitor);
     }
 }
 

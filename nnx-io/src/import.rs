@@ -287,14 +287,27 @@ fn apply_ops(ops: &[Op], mut tensor: Tensor) -> Result<Tensor> {
                 let axis = resolve_axis(split.axis, tensor.rank()).expect("checked by the plan");
                 tensor = tensor.split(axis, split.parts)?.swap_remove(split.index);
             }
-            Op::Transpose if tensor.rank() >= 2 => {
-                let rank = tensor.rank();
-                tensor = tensor.transpose(rank - 2, rank - 1)?;
-            }
-            Op::Transpose => {}
+            Op::Transpose => tensor = swap_last_two(tensor),
         }
     }
     Ok(tensor)
+}
+
+/// The view with the last two axes swapped; tensors of rank below 2 are returned as they are.
+fn swap_last_two(tensor: Tensor) -> Tensor {
+    match tensor.rank() {
+        rank if rank >= 2 => tensor.transpose(rank - 2, rank - 1).unwrap_or(tensor),
+        _ => tensor,
+    }
+}
+
+/// Undoes the transposes among `ops` (in reverse order), for export; splits are undone by
+/// concatenation elsewhere.
+fn undo_transposes(ops: &[Op], tensor: Tensor) -> Tensor {
+    ops.iter().rev().fold(tensor, |tensor, op| match op {
+        Op::Transpose => swap_last_two(tensor),
+        Op::Split(_) => tensor,
+    })
 }
 
 impl ImportPlan {
@@ -520,7 +533,14 @@ impl Archive {
             row.stored = Some((dtype, shape.clone()));
             let problem =
                 |message: String| ImportProblem { name: row.name.clone(), source: described.clone(), message };
-            let mut result = match apply_shape(&row.ops, &shape) {
+            let strided =
+                row.ops.iter().any(|op| matches!(op, Op::Split(_)) || (*op == Op::Transpose && shape.len() >= 2));
+            let shaped = if strided && dtype.size_in_bytes().is_none() {
+                Err(format!("{dtype} packs elements below a byte, so it cannot be split or transposed as a view"))
+            } else {
+                apply_shape(&row.ops, &shape)
+            };
+            let mut result = match shaped {
                 Ok(result) => result,
                 Err(message) => {
                     problems.push(problem(message));
@@ -728,34 +748,24 @@ impl Archive {
                 Action::Invalid => unreachable!("a valid plan has no invalid rows"),
             });
         }
-        // Tied tensors share the final tensor of their target (imported or kept).
+        // What each tensor becomes: its new value, or the one it has (kept, or a tie resolved
+        // below). Tied tensors then share the final tensor of their target, following chains
+        // of ties; a cycle of ties keeps the values the model has.
+        let mut resolved: Vec<Tensor> = Vec::with_capacity(values.len());
+        let mut values = values.into_iter();
+        for_each_entry(module, |_, tensor| resolved.push(values.next().flatten().unwrap_or_else(|| tensor.clone())));
         let index: HashMap<&str, usize> =
             plan.rows.iter().enumerate().map(|(at, row)| (row.name.as_str(), at)).collect();
-        let mut at = 0;
-        let mut kept: HashMap<usize, Tensor> = HashMap::new();
-        for_each_entry(module, |_, tensor| {
-            if values[at].is_none() {
-                kept.insert(at, tensor.clone());
-            }
-            at += 1;
-        });
-        let resolved: Vec<Tensor> = (0..plan.rows.len())
-            .map(|at| {
-                let mut current = at;
-                // Follow ties to a tensor that is read or kept (ties form no cycles that end
-                // nowhere: a cycle keeps the values the model has).
-                for _ in 0..plan.rows.len() {
-                    match &plan.rows[current].action {
-                        Action::Tie(target) => current = index[target.as_str()],
-                        _ => break,
-                    }
+        for at in 0..plan.rows.len() {
+            let mut target = at;
+            for _ in 0..plan.rows.len() {
+                match &plan.rows[target].action {
+                    Action::Tie(name) => target = index[name.as_str()],
+                    _ => break,
                 }
-                values[current]
-                    .clone()
-                    .or_else(|| kept.get(&current).cloned())
-                    .expect("every row is read, kept or tied")
-            })
-            .collect();
+            }
+            resolved[at] = resolved[target].clone();
+        }
         let mut resolved = resolved.into_iter();
         for_each_entry_mut(module, |_, tensor| {
             if let Some(value) = resolved.next() {
@@ -800,24 +810,15 @@ impl Archive {
             let position = entry.ops.iter().position(|op| matches!(op, Op::Split(_)));
             let (before, after) = entry.ops.split_at(position.unwrap_or(0));
             let (before, after) = if position.is_some() { (before, &after[1..]) } else { (entry.ops, &[][..]) };
-            let undo = |ops: &[Op], tensor: Tensor| -> Tensor {
-                ops.iter().rev().fold(tensor, |tensor, op| match op {
-                    Op::Transpose if tensor.rank() >= 2 => {
-                        let rank = tensor.rank();
-                        tensor.transpose(rank - 2, rank - 1).expect("rank checked")
-                    }
-                    _ => tensor,
-                })
-            };
             match position.map(|at| entry.ops[at]) {
                 None => {
                     if !whole.contains_key(&source) {
                         order.push(source.clone());
                     }
-                    whole.insert(source, undo(before, tensor.clone()));
+                    whole.insert(source, undo_transposes(before, tensor.clone()));
                 }
                 Some(Op::Split(split)) => {
-                    let piece = undo(after, tensor.clone());
+                    let piece = undo_transposes(after, tensor.clone());
                     let group = groups.entry(source.clone()).or_insert_with(|| {
                         order.push(source.clone());
                         Group {
@@ -861,13 +862,7 @@ impl Archive {
                 let pieces: Vec<Tensor> = group.pieces.into_iter().flatten().collect();
                 let axis = resolve_axis(group.axis, pieces[0].rank()).unwrap_or(0);
                 let joined = Tensor::concat(&pieces, axis)?;
-                group.before.iter().rev().fold(joined, |tensor, op| match op {
-                    Op::Transpose if tensor.rank() >= 2 => {
-                        let rank = tensor.rank();
-                        tensor.transpose(rank - 2, rank - 1).expect("rank checked")
-                    }
-                    _ => tensor,
-                })
+                undo_transposes(&group.before, joined)
             } else {
                 continue;
             };

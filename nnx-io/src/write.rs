@@ -84,12 +84,11 @@ fn layout(items: &[&WriteItem<'_>], page_align: bool) -> (Vec<(usize, usize)>, V
 }
 
 fn header_json(items: &[&WriteItem<'_>], offsets: &[(usize, usize)], metadata: &BTreeMap<String, String>) -> String {
-    let quote = |text: &str| serde_json::to_string(text).expect("strings always serialize");
     let mut json = String::from("{");
     if !metadata.is_empty() {
         json.push_str("\"__metadata__\":{");
         let fields: Vec<String> =
-            metadata.iter().map(|(key, value)| format!("{}:{}", quote(key), quote(value))).collect();
+            metadata.iter().map(|(key, value)| format!("{}:{}", json_string(key), json_string(value))).collect();
         json.push_str(&fields.join(","));
         json.push('}');
     }
@@ -100,7 +99,7 @@ fn header_json(items: &[&WriteItem<'_>], offsets: &[(usize, usize)], metadata: &
         let shape: Vec<String> = item.shape.iter().map(usize::to_string).collect();
         json.push_str(&format!(
             "{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{begin},{end}]}}",
-            quote(item.name),
+            json_string(item.name),
             item.dtype,
             shape.join(",")
         ));
@@ -263,19 +262,23 @@ fn write_shards(
         weight_map.extend(members.iter().map(|&at| (items[at].name, shard_name.clone())));
     }
     let total: u64 = items.iter().map(|item| item.bytes as u64).sum();
-    let quote = |text: &str| serde_json::to_string(text).expect("strings always serialize");
     let mut json = format!("{{\n  \"metadata\": {{\n    \"total_size\": {total}");
     for (key, value) in metadata {
         if key != "total_size" {
-            json.push_str(&format!(",\n    {}: {}", quote(key), quote(value)));
+            json.push_str(&format!(",\n    {}: {}", json_string(key), json_string(value)));
         }
     }
     json.push_str("\n  },\n  \"weight_map\": {");
     let lines: Vec<String> =
-        weight_map.iter().map(|(name, shard)| format!("\n    {}: {}", quote(name), quote(shard))).collect();
+        weight_map.iter().map(|(name, shard)| format!("\n    {}: {}", json_string(name), json_string(shard))).collect();
     json.push_str(&lines.join(","));
     json.push_str("\n  }\n}\n");
     write_atomic(&index_path, |out| {
         out.write_all(json.as_bytes()).map_err(|source| Error::Io { action: "write", path: PathBuf::new(), source })
     })
+}
+
+/// `text` as a JSON string literal, quoted and escaped.
+fn json_string(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
 }

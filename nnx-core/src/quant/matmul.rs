@@ -92,39 +92,6 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     sums.iter().sum::<f32>() + tail
 }
 
-/// `y = x W^T` for a float weight `[n, k]` held whole, on all cores (the reference the fused
-/// kernels are compared with).
-pub fn dense_matmul(x: &[f32], m: usize, k: usize, weight: &[f32], n: usize) -> Vec<f32> {
-    let mut out = vec![0f32; m * n];
-    assert!(x.len() >= m * k && weight.len() >= n * k, "operands are smaller than their shapes");
-    // SAFETY: `x` is row-major `[m, k]`, `weight` row-major `[n, k]` read as `W^T` `[k, n]`
-    // (row stride 1, column stride k) and `out` row-major `[m, n]`; the lengths were checked.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            x.as_ptr(),
-            1,
-            k as isize,
-            weight.as_ptr(),
-            k as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::Rayon(0),
-        );
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,7 +104,12 @@ mod tests {
         let decode = |first: usize, count: usize, out: &mut [f32]| {
             out.copy_from_slice(&w[first * k..(first + count) * k]);
         };
-        assert_eq!(fused_matmul(&x, m, k, n, decode), dense_matmul(&x, m, k, &w, n));
-        assert_eq!(fused_matmul(&x[..k], 1, k, n, decode), dense_matmul(&x[..k], 1, k, &w, n));
+        let weight = crate::Tensor::from_vec(w.clone(), &[n, k]).unwrap();
+        let dense = |rows: usize| {
+            let input = crate::Tensor::from_vec(x[..rows * k].to_vec(), &[rows, k]).unwrap();
+            input.linear(&weight, None).unwrap().to_vec::<f32>().unwrap()
+        };
+        assert_eq!(fused_matmul(&x, m, k, n, decode), dense(m));
+        assert_eq!(fused_matmul(&x[..k], 1, k, n, decode), dense(1));
     }
 }

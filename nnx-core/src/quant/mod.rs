@@ -22,7 +22,6 @@ mod seed;
 
 pub use affine::{AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, AffineWeight};
 pub use linear::{QuantizedLinear, SeedLinear};
-pub use matmul::dense_matmul;
 pub use seed::{
     BLOCK, EncodeOptions, R32, SeedEncoding, SeedWeight, lfsr_states, lfsr_step, pack_seed_codes, seed_exp_bias,
 };
