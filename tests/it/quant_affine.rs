@@ -100,3 +100,70 @@ fn quantized_linear_round_trips_through_an_archive() {
         layer.forward(&x).unwrap().to_vec::<f32>().unwrap()
     );
 }
+
+/// Writes an mlx-lm style folder: `model.safetensors` with two quantized layers of different
+/// specs and one float layer, and `config.json` under `key` with a per-module override.
+fn mlx_lm_folder(dir: &std::path::Path, key: &str) -> (Linear, Linear) {
+    use nnx::nn::Init;
+    let q = Linear::new(128, 64, true, DType::F32, Init::Seeded(1));
+    let k = Linear::new(128, 64, false, DType::F32, Init::Seeded(2));
+    let v = Linear::new(128, 64, false, DType::F32, Init::Seeded(3));
+    let mut archive = Archive::new();
+    let mut put = |name: &str, layer: &QuantizedLinear| {
+        for (stream, tensor) in [("weight", &layer.weight), ("scales", &layer.scales), ("biases", &layer.biases)] {
+            archive.insert(format!("{name}.{stream}"), tensor.clone());
+        }
+        if let Some(bias) = &layer.bias {
+            archive.insert(format!("{name}.bias"), bias.clone());
+        }
+    };
+    put("layers.0.q", &QuantizedLinear::from_linear(&q, 4, 64).unwrap());
+    put("layers.0.k", &QuantizedLinear::from_linear(&k, 8, 32).unwrap());
+    archive.insert("layers.0.v.weight", v.weight.clone());
+    archive.save(dir.join("model.safetensors")).unwrap();
+    let config = serde_json::json!({
+        "model_type": "test",
+        key: { "group_size": 64, "bits": 4, "layers.0.k": { "group_size": 32, "bits": 8 }, "layers.0.v": false }
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    (q, k)
+}
+
+#[test]
+fn mlx_lm_folders_follow_per_module_overrides() {
+    use nnx::quantized::{QuantizedFolder, WeightEncoding};
+    for key in ["quantization", "quantization_config"] {
+        let dir = crate::util::scratch();
+        let (q, k) = mlx_lm_folder(dir.path(), key);
+        let folder = QuantizedFolder::open(dir.path()).unwrap();
+        assert_eq!(folder.encoding("layers.0.q").unwrap(), WeightEncoding::Affine(AffineSpec::new(4, 64).unwrap()));
+        assert_eq!(folder.encoding("layers.0.k").unwrap(), WeightEncoding::Affine(AffineSpec::new(8, 32).unwrap()));
+        assert_eq!(folder.encoding("layers.0.v").unwrap(), WeightEncoding::Float(DType::F32));
+        // The fused kernel of the loaded layer equals the float layer on its dequantized weight.
+        let x = Tensor::from_vec((0..2 * 128).map(|i| (i % 17) as f32 * 0.1 - 0.8).collect(), &[2, 128]).unwrap();
+        for (name, original) in [("layers.0.q", &q), ("layers.0.k", &k)] {
+            let layer = folder.quantized_linear(name).unwrap();
+            assert_eq!(layer.bias.is_some(), original.bias.is_some(), "{name}");
+            let fused = layer.forward(&x).unwrap().to_vec::<f32>().unwrap();
+            let dense = layer.to_linear(DType::F32).unwrap().forward(&x).unwrap().to_vec::<f32>().unwrap();
+            let reference = original.forward(&x).unwrap().to_vec::<f32>().unwrap();
+            for ((a, b), c) in fused.iter().zip(&dense).zip(&reference) {
+                assert!((a - b).abs() < 1e-4, "{name}: fused {a} vs dequantized {b}");
+                assert!((a - c).abs() < 0.05, "{name}: quantized {a} vs float {c}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_config_that_contradicts_the_streams_is_refused() {
+    let dir = crate::util::scratch();
+    mlx_lm_folder(dir.path(), "quantization");
+    // `layers.0.q` holds 4-bit words; a configuration saying 8 bits expects twice as many.
+    let config = serde_json::json!({ "quantization": { "group_size": 64, "bits": 4, "layers.0.q": { "group_size": 64, "bits": 8 } } });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let folder = nnx::quantized::QuantizedFolder::open(dir.path()).unwrap();
+    let message = folder.encoding("layers.0.q").unwrap_err().to_string();
+    assert!(message.contains("weight") && message.contains("[64, 32]") && message.contains("[64, 16]"), "{message}");
+    assert!(folder.encoding("layers.0.k").is_ok(), "the other layers are unaffected");
+}
