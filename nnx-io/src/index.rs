@@ -14,7 +14,8 @@ use crate::mapped::MappedFile;
 /// A parsed shard index.
 pub(crate) struct ShardIndex {
     pub(crate) path: PathBuf,
-    /// `metadata`, every value as a string (`total_size` included).
+    /// `metadata`, every value as a string, except `total_size`: it describes the index's own
+    /// shards and is written anew whenever shards are.
     pub(crate) metadata: BTreeMap<String, String>,
     /// Entry name -> shard number, in the index's order.
     pub(crate) weight_map: Vec<(String, usize)>,
@@ -73,7 +74,7 @@ impl ShardIndex {
         match object.get("metadata") {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::Object(values)) => {
-                for (key, value) in values {
+                for (key, value) in values.iter().filter(|(key, _)| *key != "total_size") {
                     let text = match value {
                         serde_json::Value::String(text) => text.clone(),
                         other => other.to_string(),
