@@ -42,6 +42,7 @@ fn gpt2_logits_and_greedy_ids_match() {
     assert_eq!(logits.shape(), &[input.len(), config.vocab_size]);
     let ours = logits.to_vec::<f32>().unwrap();
     let max_diff = ours.iter().zip(expected.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    println!("GPT-2 logits: max abs difference {max_diff:e}");
     assert!(max_diff <= 1e-3, "GPT-2 logits differ by {max_diff}");
     let greedy = ids(&reference["greedy_ids"]);
     assert_eq!(model.generate(&input, greedy.len() - input.len()).unwrap(), greedy);
@@ -64,5 +65,6 @@ fn llama_with_bf16_weights_matches_the_file_dtype_reference() {
         max_diff = ours.iter().zip(row).map(|(a, b)| (a - b).abs()).fold(max_diff, f32::max);
         assert_eq!(argmax(ours), argmax(row), "argmax at position {position}");
     }
+    println!("Llama logits (BF16 weights): max abs difference {max_diff:e}");
     assert!(max_diff <= 3e-2, "Llama logits differ by {max_diff}");
 }
