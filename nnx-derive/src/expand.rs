@@ -179,7 +179,7 @@ fn mentions(ty: &Type, params: &HashSet<&Ident>) -> bool {
                     && path.path.segments.first().is_some_and(|first| params.contains(&first.ident))
                 || path.path.segments.iter().any(|segment| arguments_mention(&segment.arguments, params))
         }
-        Type::BareFn(function) => {
+        Type::FnPtr(function) => {
             function.inputs.iter().any(|input| mentions(&input.ty, params))
                 || matches!(&function.output, ReturnType::Type(_, output) if mentions(output, params))
         }
@@ -200,7 +200,7 @@ fn arguments_mention(arguments: &PathArguments, params: &HashSet<&Ident>) -> boo
             _ => false,
         }),
         PathArguments::Parenthesized(parenthesized) => {
-            parenthesized.inputs.iter().any(|input| mentions(input, params))
+            parenthesized.inputs.iter().any(|input| mentions(&input.ty, params))
                 || matches!(&parenthesized.output, ReturnType::Type(_, output) if mentions(output, params))
         }
     }
