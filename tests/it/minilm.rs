@@ -95,3 +95,50 @@ fn padded_batches_give_the_embeddings_of_single_sentences() {
         assert!(max_diff < 1e-5, "{sentence:?}: padding changed the embedding by {max_diff}");
     }
 }
+
+/// The `minilm` example binary, which `cargo test` builds beside the test binaries.
+fn example_binary() -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let binary = deps.parent().unwrap().join("examples").join(format!("minilm{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "the minilm example is not built at `{}`: run `cargo test` (it builds examples)",
+        binary.display()
+    );
+    binary
+}
+
+#[test]
+fn the_minilm_example_prints_one_json_array_per_sentence_in_order() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let folder = model_folder();
+    let sentences = ["A man is eating food.", "", "That is a happy dog"];
+    let expected = SentenceEncoder::from_folder(&folder).unwrap().encode(&sentences, 32).unwrap();
+    let parse = |stdout: &[u8]| -> Vec<Vec<f32>> {
+        String::from_utf8_lossy(stdout).lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+    };
+    let output = Command::new(example_binary())
+        .args(["--model", folder.to_str().unwrap(), "--json", "--batch-size", "2"])
+        .args(sentences)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(parse(&output.stdout), expected);
+
+    // Sentences from standard input, one per line.
+    let mut child = Command::new(example_binary())
+        .args(["--model", folder.to_str().unwrap(), "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(sentences.join("\n").as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    assert_eq!(parse(&output.stdout), expected);
+
+    let output = Command::new(example_binary()).args(["--model", "/nonexistent-model-folder"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: "));
+}
