@@ -3,7 +3,7 @@
 //! or the cache that `scripts/setup.sh` fills.
 //!
 //! PyTorch sentence-transformers, the reference, is not installed beside it (its PyPI wheels
-//! pull in the CUDA runtime); its figure on a 2-core x86_64 machine of this kind, 66 sentences
+//! pull in the CUDA runtime); its figure on a 2-core x86_64 CPU, 66 sentences
 //! per second, is printed for comparison.
 
 use std::path::PathBuf;
@@ -61,6 +61,6 @@ fn main() -> nnx::Result<()> {
     println!("| implementation | sentences / s | vs target |");
     println!("|---|---|---|");
     println!("| nnx | {median:.0} | {} (target >= 100) |", if median >= 100.0 { "met" } else { "missed" });
-    println!("| PyTorch sentence-transformers (figure given for this machine kind) | 66 | - |");
+    println!("| PyTorch sentence-transformers (reported for 2 x86_64 cores) | 66 | - |");
     Ok(())
 }
