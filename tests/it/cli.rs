@@ -1,18 +1,7 @@
 //! The `nnx` command line: `inspect` as a table and as JSON, and one-line errors with exit
 //! status 1 on bad input.
 
-use std::process::Command;
-
-use crate::util::{fixtures, scratch};
-
-fn nnx(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_nnx")).args(args).output().expect("the nnx binary runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+use crate::util::{fixtures, run_nnx as nnx, scratch};
 
 #[test]
 fn inspect_lists_entries_metadata_and_totals() {

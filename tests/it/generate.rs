@@ -6,20 +6,7 @@ use nnx::models::llama::{Llama, LlamaConfig};
 use nnx::nn::Init;
 use nnx::{Archive, DType};
 
-use crate::util::fixtures;
-
-fn matrix(value: &serde_json::Value) -> Vec<Vec<f32>> {
-    value
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect())
-        .collect()
-}
-
-fn ids(value: &serde_json::Value) -> Vec<u32> {
-    value.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
-}
+use crate::util::{fixtures, json_field};
 
 fn reference(model: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(fixtures().join(model).join("reference.json")).unwrap()).unwrap()
@@ -36,15 +23,15 @@ fn gpt2_logits_and_greedy_ids_match() {
     let mut model = Gpt2::new(&config, DType::F32, Init::Meta);
     Archive::open(&dir).unwrap().import_into(&mut model, "").unwrap();
     let reference = reference("gpt2-tiny");
-    let input = ids(&reference["input_ids"]);
+    let input = json_field::<Vec<u32>>(&reference, "input_ids");
     let logits = model.forward(&input).unwrap();
-    let expected = matrix(&reference["logits"]);
+    let expected = json_field::<Vec<Vec<f32>>>(&reference, "logits");
     assert_eq!(logits.shape(), &[input.len(), config.vocab_size]);
     let ours = logits.to_vec::<f32>().unwrap();
     let max_diff = ours.iter().zip(expected.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
     println!("GPT-2 logits: max abs difference {max_diff:e}");
     assert!(max_diff <= 1e-3, "GPT-2 logits differ by {max_diff}");
-    let greedy = ids(&reference["greedy_ids"]);
+    let greedy = json_field::<Vec<u32>>(&reference, "greedy_ids");
     assert_eq!(model.generate(&input, greedy.len() - input.len()).unwrap(), greedy);
 }
 
@@ -56,9 +43,9 @@ fn llama_with_bf16_weights_matches_the_file_dtype_reference() {
     Archive::open(&dir).unwrap().import_into(&mut model, "").unwrap();
     assert!(model.layers[0].attn.q.weight.is_mapped() && model.layers[0].attn.q.weight.dtype() == DType::BF16);
     let reference = reference("llama-tiny");
-    let input = ids(&reference["input_ids"]);
+    let input = json_field::<Vec<u32>>(&reference, "input_ids");
     let logits = model.logits(&input).unwrap().to_vec::<f32>().unwrap();
-    let expected = matrix(&reference["logits_file_dtype"]);
+    let expected = json_field::<Vec<Vec<f32>>>(&reference, "logits_file_dtype");
     let mut max_diff = 0.0f32;
     for (position, row) in expected.iter().enumerate() {
         let ours = &logits[position * config.vocab_size..(position + 1) * config.vocab_size];

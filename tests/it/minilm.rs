@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use nnx::models::sentence::SentenceEncoder;
 
-use crate::util::{cache_dir, fixtures};
+use crate::util::{cache_dir, fixtures, json_field};
 
 /// The model folder: `NNX_MINILM`, else where `scripts/setup.sh` unpacks the wheel. A missing
 /// model fails the test with instructions; it is never skipped.
@@ -30,20 +30,11 @@ struct Reference {
 fn reference() -> Reference {
     let text = std::fs::read_to_string(fixtures().join("minilm/reference_dev.json")).unwrap();
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let strings = |key: &str| value[key].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect();
-    let ids = value["input_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| row.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect())
-        .collect();
-    let embeddings = value["embeddings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect())
-        .collect();
-    Reference { sentences: strings("sentences"), ids, embeddings }
+    Reference {
+        sentences: json_field(&value, "sentences"),
+        ids: json_field(&value, "input_ids"),
+        embeddings: json_field(&value, "embeddings"),
+    }
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {

@@ -2,26 +2,11 @@
 //! with the library functions, and one-line errors.
 
 use std::path::Path;
-use std::process::Command;
 
 use nnx::quant::{AffineSpec, AffineWeight, SeedEncoding, SeedWeight};
 use nnx::{Archive, DType, Tensor};
 
-use crate::util::scratch;
-
-fn nnx(args: &[&Path]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_nnx")).args(args).output().expect("the nnx binary runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let paths: Vec<&Path> = args.iter().map(Path::new).collect();
-    nnx(&paths)
-}
+use crate::util::{run_nnx as run, scratch};
 
 fn values(count: usize, seed: u32) -> Vec<f32> {
     let mut state = seed.wrapping_mul(2_654_435_761).max(1);
@@ -122,40 +107,18 @@ fn bad_input_is_one_line_and_exit_one() {
     model(&input);
     let out = dir.path().join("out.safetensors");
     let missing = dir.path().join("missing.safetensors");
-    let cases: Vec<Vec<String>> = vec![
-        vec![
-            "quantize".into(),
-            missing.display().to_string(),
-            out.display().to_string(),
-            "--encoding".into(),
-            "q4".into(),
-        ],
-        vec![
-            "quantize".into(),
-            input.display().to_string(),
-            out.display().to_string(),
-            "--encoding".into(),
-            "q4".into(),
-            "--group-size".into(),
-            "48".into(),
-        ],
-        vec![
-            "quantize".into(),
-            input.display().to_string(),
-            out.display().to_string(),
-            "--encoding".into(),
-            "q8".into(),
-            "--pattern".into(),
-            "odd.*".into(),
-        ],
-        vec!["dequantize".into(), missing.display().to_string(), out.display().to_string()],
+    let (input, out, missing) = (input.to_str().unwrap(), out.to_str().unwrap(), missing.to_str().unwrap());
+    let cases: [&[&str]; 4] = [
+        &["quantize", missing, out, "--encoding", "q4"],
+        &["quantize", input, out, "--encoding", "q4", "--group-size", "48"],
+        &["quantize", input, out, "--encoding", "q8", "--pattern", "odd.*"],
+        &["dequantize", missing, out],
     ];
     for args in cases {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (code, _, stderr) = run(&args);
+        let (code, _, stderr) = run(args);
         assert_eq!(code, 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with("error: ") && stderr.trim_end().lines().count() == 1, "{args:?}: {stderr}");
     }
-    let (code, _, _) = run(&["quantize", input.to_str().unwrap(), out.to_str().unwrap(), "--encoding", "q3"]);
+    let (code, _, _) = run(&["quantize", input, out, "--encoding", "q3"]);
     assert_eq!(code, 1);
 }

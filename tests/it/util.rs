@@ -29,3 +29,19 @@ pub fn cache_dir() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache").join("nnx"))
 }
+
+/// Runs the `nnx` binary with `args`: exit status (-1 when killed), stdout and stderr.
+pub fn run_nnx<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (i32, String, String) {
+    let output =
+        std::process::Command::new(env!("CARGO_BIN_EXE_nnx")).args(args).output().expect("the nnx binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The field `key` of a JSON reference file, deserialized as `T` (a panic names the key).
+pub fn json_field<T: serde::de::DeserializeOwned>(value: &serde_json::Value, key: &str) -> T {
+    serde_json::from_value(value[key].clone()).unwrap_or_else(|error| panic!("reference field `{key}`: {error}"))
+}
