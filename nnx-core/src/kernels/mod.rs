@@ -88,9 +88,23 @@ pub(crate) fn f32_values(tensor: &Tensor, op: &'static str) -> Result<Vec<f32>> 
     tensor.to_dtype(DType::F32)?.to_vec::<f32>()
 }
 
-/// An owned f32 tensor from values laid out row-major in `shape`.
+/// An owned f32 buffer that a tensor can sit on without a copy.
+struct OwnedValues(Vec<f32>);
+
+impl crate::ByteSource for OwnedValues {
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+
+    fn is_file_mapping(&self) -> bool {
+        false
+    }
+}
+
+/// An f32 tensor over `values`, laid out row-major in `shape`, without copying them.
 pub(crate) fn f32_tensor(values: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
-    Tensor::from_vec(values, shape)
+    let len = values.len() * 4;
+    Tensor::from_shared(std::sync::Arc::new(OwnedValues(values)), 0, len, DType::F32, shape)
 }
 
 /// The shape two shapes broadcast to under numpy's rules, or `None` when they do not.

@@ -20,8 +20,9 @@
 
 use rayon::prelude::*;
 
-use super::{Rounding, check_stream, f32_tensor, f32_values, with_slice};
+use super::{Rounding, check_stream, with_slice};
 use crate::error::{Error, Result};
+use crate::kernels::f32_tensor;
 use crate::{DType, Tensor};
 
 /// The bit widths MLX's affine mode defines.
@@ -119,7 +120,7 @@ impl AffineWeight {
         let columns = spec.check_columns(source.shape())?;
         let run = |values: &[f32]| quantize_values(values, spec, Rounding::of(dtype));
         let (words, scales, biases) =
-            if dtype == DType::F32 { with_slice::<f32, _>(source, run)? } else { run(&f32_values(source)?) };
+            if dtype == DType::F32 { with_slice::<f32, _>(source, run)? } else { run(&source.to_f32_vec()?) };
         let shape = source.shape();
         let mut group_shape = shape.to_vec();
         *group_shape.last_mut().expect("rank checked") = columns / spec.group_size;
@@ -185,8 +186,8 @@ impl AffineWeight {
         }
         Ok(AffineDecoder {
             weight,
-            scales: f32_values(&self.scales)?,
-            biases: f32_values(&self.biases)?,
+            scales: self.scales.to_f32_vec()?,
+            biases: self.biases.to_f32_vec()?,
             spec: self.spec,
             rounding: Rounding::of(self.dtype()),
             columns: self.shape().last().copied().unwrap_or(0),

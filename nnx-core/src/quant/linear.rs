@@ -3,9 +3,9 @@
 //! of rows at a time inside the matrix product.
 
 use super::affine::{AffineSpec, AffineWeight};
+use super::check_stream;
 use super::matmul::fused_matmul;
 use super::seed::{SeedEncoding, SeedWeight};
-use super::{check_stream, f32_values};
 use crate::error::{Error, Result};
 use crate::module::{Field, ImportRule, Module, Step, Visitor, VisitorMut};
 use crate::nn::Linear;
@@ -50,7 +50,7 @@ fn input(op: &'static str, x: &Tensor, features: usize, weight_shape: &[usize]) 
             reason: "the last axis of the input must be the layer's input width",
         });
     }
-    let values = f32_values(x)?;
+    let values = x.to_f32_vec()?;
     let rows = values.len() / features.max(1);
     Ok((values, rows))
 }
@@ -58,7 +58,7 @@ fn input(op: &'static str, x: &Tensor, features: usize, weight_shape: &[usize]) 
 /// Adds the bias to every row and builds the `[.., out]` output.
 fn output(x: &Tensor, mut values: Vec<f32>, bias: Option<&Tensor>, out_features: usize) -> Result<Tensor> {
     if let Some(bias) = bias {
-        let bias = f32_values(bias)?;
+        let bias = bias.to_f32_vec()?;
         for row in values.chunks_exact_mut(out_features) {
             for (value, b) in row.iter_mut().zip(&bias) {
                 *value += b;

@@ -37,30 +37,6 @@ fn with_slice<T: Element, R>(tensor: &Tensor, read: impl FnOnce(&[T]) -> R) -> R
     Ok(read(slice))
 }
 
-/// An owned f32 buffer that a tensor can sit on without a copy.
-struct OwnedValues(Vec<f32>);
-
-impl crate::ByteSource for OwnedValues {
-    fn bytes(&self) -> &[u8] {
-        bytemuck::cast_slice(&self.0)
-    }
-
-    fn is_file_mapping(&self) -> bool {
-        false
-    }
-}
-
-/// An f32 tensor over `values` without copying them.
-fn f32_tensor(values: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
-    let len = values.len() * 4;
-    Tensor::from_shared(std::sync::Arc::new(OwnedValues(values)), 0, len, DType::F32, shape)
-}
-
-/// The float values of `tensor` widened to f32 (exact for f16 and bf16).
-fn f32_values(tensor: &Tensor) -> Result<Vec<f32>> {
-    tensor.to_dtype(DType::F32)?.to_vec::<f32>()
-}
-
 /// Checks that a stream has the dtype and shape the other streams call for.
 fn check_stream(stream: &'static str, tensor: &Tensor, dtype: DType, shape: &[usize]) -> Result<()> {
     if tensor.dtype() != dtype || tensor.shape() != shape {

@@ -6,8 +6,9 @@
 
 use rayon::prelude::*;
 
-use super::{check_stream, f32_tensor, f32_values, round_bf16};
+use super::{check_stream, round_bf16};
 use crate::error::{Error, Result};
+use crate::kernels::f32_tensor;
 use crate::{DType, Tensor};
 
 /// Values per block.
@@ -277,7 +278,7 @@ impl SeedWeight {
         if columns == 0 || !columns.is_multiple_of(multiple) {
             return Err(Error::QuantColumns { shape: source.shape().to_vec(), multiple });
         }
-        let values = f32_values(source)?;
+        let values = source.to_f32_vec()?;
         let blocks_per_slice = rows * columns / BLOCK;
         let exp_bias: Vec<i32> = values.chunks(rows * columns).map(seed_exp_bias).collect();
         let found = match encoding {
@@ -633,7 +634,7 @@ mod tests {
         decode_block::<3>(seed, [3, -2, 5], block_scale(-20), &mut target);
         let source = Tensor::from_vec(target.to_vec(), &[1, 8]).unwrap();
         let encoded = SeedWeight::encode(&source, SeedEncoding::Seed4, &EncodeOptions::default()).unwrap();
-        let decoded = f32_values(&encoded.decode().unwrap()).unwrap();
+        let decoded = encoded.decode().unwrap().to_f32_vec().unwrap();
         assert!(squared_error(&decoded, &target) <= 1e-6 * target.iter().map(|v| v * v).sum::<f32>() as f64);
     }
 }
