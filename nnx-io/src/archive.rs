@@ -150,33 +150,55 @@ impl Archive {
     }
 
     fn open_folder(dir: &Path) -> Result<Archive> {
-        for name in ["model.safetensors.index.json", "model.safetensors"] {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return Archive::open(candidate);
-            }
+        if let Some(archive) = Archive::open_model_file(dir)? {
+            return Ok(archive);
         }
         let mut indexes = Vec::new();
-        let mut files = Vec::new();
         for item in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
             let path = item.map_err(Error::io("list", dir))?.path();
-            let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
-            if name.ends_with(".safetensors.index.json") {
+            if path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.ends_with(".safetensors.index.json"))
+            {
                 indexes.push(path);
-            } else if name.ends_with(".safetensors") && path.is_file() {
-                files.push(path);
             }
         }
         if indexes.len() == 1 {
             return Archive::open(&indexes[0]);
         }
+        Archive::open_files(dir, |_| true)?.ok_or_else(|| Error::EmptyFolder { path: dir.to_path_buf() })
+    }
+
+    /// `dir/model.safetensors.index.json`, else `dir/model.safetensors`, when one exists.
+    pub(crate) fn open_model_file(dir: &Path) -> Result<Option<Archive>> {
+        for name in ["model.safetensors.index.json", "model.safetensors"] {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Archive::open(candidate).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The union of the `*.safetensors` files in `dir` whose names `accept` takes, in name
+    /// order; `None` when there are none.
+    pub(crate) fn open_files(dir: &Path, accept: impl Fn(&str) -> bool) -> Result<Option<Archive>> {
+        let mut files = Vec::new();
+        for item in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
+            let path = item.map_err(Error::io("list", dir))?.path();
+            let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+            if name.ends_with(".safetensors") && accept(name) && path.is_file() {
+                files.push(path);
+            }
+        }
         if files.is_empty() {
-            return Err(Error::EmptyFolder { path: dir.to_path_buf() });
+            return Ok(None);
         }
         files.sort();
         let mut archive = Archive::union(files.iter().map(Archive::open).collect::<Result<Vec<_>>>()?)?;
         archive.origin = format!("`{}`", dir.display());
-        Ok(archive)
+        Ok(Some(archive))
     }
 
     fn open_index(path: &Path) -> Result<Archive> {

@@ -5,7 +5,7 @@
 //! before any of its bytes are read.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nnx_core::quant::{AffineSpec, AffineWeight, QuantizedLinear, SeedEncoding, SeedLinear, SeedWeight};
 use nnx_core::{DType, Tensor};
@@ -436,24 +436,13 @@ impl QuantizedFolder {
 /// The model files of a folder, without the overlay file: the shard index or
 /// `model.safetensors` when there is one, else every `model*.safetensors` as a union.
 fn open_model_files(dir: &Path) -> Result<Archive> {
-    for name in ["model.safetensors.index.json", "model.safetensors"] {
-        if dir.join(name).is_file() {
-            return Archive::open(dir.join(name));
-        }
+    if let Some(archive) = Archive::open_model_file(dir)? {
+        return Ok(archive);
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(Error::io("list", dir))?
-        .filter_map(|item| item.ok().map(|item| item.path()))
-        .filter(|path| {
-            let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
-            name.starts_with("model") && name.ends_with(".safetensors") && name != OVERLAY_FILE
-        })
-        .collect();
-    if files.is_empty() {
-        return Archive::open(dir);
+    match Archive::open_files(dir, |name| name.starts_with("model") && name != OVERLAY_FILE)? {
+        Some(archive) => Ok(archive),
+        None => Archive::open(dir),
     }
-    files.sort();
-    Archive::union(files.iter().map(Archive::open).collect::<Result<Vec<_>>>()?)
 }
 
 /// Writes `archive` as a model folder: page-aligned shards `model-0000K-of-0000N.safetensors`
