@@ -25,7 +25,10 @@ fn main() -> nnx::Result<()> {
     let start = Instant::now();
     let encoder = SentenceEncoder::from_folder(&folder)?;
     let load = start.elapsed();
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/minilm/reference_dev.json");
+    let fixtures = std::env::var_os("NNX_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"))
+        .join("minilm/reference_dev.json");
     let reference: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&fixtures).map_err(|source| nnx::Error::Io {
             action: "read",

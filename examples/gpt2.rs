@@ -5,7 +5,7 @@
 //! cargo run --release --example gpt2 -- [--model DIR] [--ids 3,14,15] [--steps 8]
 //! ```
 //!
-//! `DIR` defaults to the tiny GPT-2 of the shared test fixtures.
+//! `DIR` defaults to the tiny GPT-2 of the test fixtures (`tests/fixtures`).
 
 #[path = "common/causal_lm.rs"]
 mod causal_lm;

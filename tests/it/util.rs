@@ -1,17 +1,16 @@
-//! Helpers shared by the integration tests: locating the shared fixtures and scratch folders.
+//! Helpers shared by the integration tests: locating the fixtures and scratch folders.
 
 use std::path::PathBuf;
 
-/// The shared fixtures folder (`../shared/fixtures` beside the workspace), or a panic that
-/// says where it was looked for.
+/// The golden fixtures (`tests/fixtures` in the repository, or `NNX_FIXTURES`), or a panic
+/// that says where they were looked for.
 pub fn fixtures() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::var_os("NNX_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("..").join("shared").join("fixtures"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures"));
     assert!(
         dir.join("README.md").is_file(),
-        "fixtures not found at `{}`: place the shared fixtures beside the workspace or set NNX_FIXTURES",
+        "fixtures not found at `{}`: they live in the repository's `tests/fixtures`, or set NNX_FIXTURES",
         dir.display()
     );
     dir
