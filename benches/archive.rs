@@ -20,7 +20,7 @@ use half::bf16;
 use half::slice::HalfFloatSliceExt;
 use memmap2::Mmap;
 use nnx::nn::{Embedding, Init, Linear, RmsNorm};
-use nnx::{Archive, DType, Module, Tensor};
+use nnx::{Archive, DType, Module, SaveOptions, Tensor};
 use safetensors::SafeTensors;
 use safetensors::tensor::TensorView;
 
@@ -412,6 +412,30 @@ fn main() {
         seconds(other_unsynced)
     ));
     let throughput = |time: Duration| file_bytes as f64 / time.as_secs_f64() / f64::from(1u32 << 20);
+
+    // 6. Sharded save over the previous sharded save (shards of at most 256 MiB): the shards
+    //    and the index are written, each fsynced, and the shards the new index no longer names
+    //    are removed. Compared with the single-file save of step 5.
+    let sharded = dir.join("sharded");
+    std::fs::create_dir_all(&sharded).expect("the sharded folder can be created");
+    let shard_options = SaveOptions { max_shard_bytes: Some(256 << 20), ..SaveOptions::default() };
+    let nnx_sharded = measure(
+        runs,
+        || (),
+        |()| {
+            Archive::open(&src)
+                .expect("nnx opens the checkpoint")
+                .save_with(sharded.join("model.safetensors"), &shard_options)
+                .expect("nnx saves the sharded copy");
+        },
+    );
+    rows.push(Row {
+        step: "6. open + save sharded over the last one (256 MiB shards)".into(),
+        nnx: seconds(nnx_sharded),
+        other: format!("nnx single file: {}", seconds(nnx)),
+        ratio: format!("{:.2}", nnx_sharded.as_secs_f64() / nnx.as_secs_f64()),
+        target: "-".into(),
+    });
 
     if on_disk {
         let mut summaries = Vec::new();

@@ -281,6 +281,18 @@ pub enum Error {
         /// The stream's shape.
         found_shape: Vec<usize>,
     },
+    /// A stream of a quantized weight whose shape describes a weight too large to address.
+    #[error(
+        "quantized stream `{stream}` of shape {shape:?} describes a weight too large to address ({values} values per element of its last axis): the file is damaged; write the weight again"
+    )]
+    QuantTooLarge {
+        /// Which stream (`scales`, `seeds`).
+        stream: &'static str,
+        /// The stream's shape.
+        shape: Vec<usize>,
+        /// Weight values per element of the stream's last axis (the group or block size).
+        values: usize,
+    },
 }
 
 /// One problem found while matching a set of named tensors against a module.

@@ -8,8 +8,25 @@ use std::sync::Arc;
 ///
 /// nnx-io implements it for memory-mapped files; a tensor built over it keeps the owner (and so
 /// the mapping) alive until the tensor and all its views are dropped.
-pub trait ByteSource: Send + Sync + 'static {
-    /// The whole byte range of the owner.
+///
+/// # Safety
+///
+/// Tensors check a source's range, alignment and contents once, when
+/// [`Tensor::from_shared`](crate::Tensor::from_shared) builds them, and then hand out typed
+/// slices of it ([`Tensor::as_slice`](crate::Tensor::as_slice)). An implementation must
+/// therefore guarantee, for as long as the value lives:
+///
+/// - every call of [`bytes`](ByteSource::bytes) returns the same slice: the same start address
+///   and the same length;
+/// - nothing writes those bytes while the value is shared (no interior mutability over them,
+///   no writable mapping of them elsewhere in the process).
+///
+/// A read-only mapping of a file satisfies this as long as the file is not changed in place
+/// while it is mapped; nnx's own saves never do that (they write a new file and rename it over
+/// the old one). BOOL elements are checked again on every typed read, so even a file changed
+/// in place by another program cannot produce an invalid `bool`.
+pub unsafe trait ByteSource: Send + Sync + 'static {
+    /// The whole byte range of the owner: the same slice on every call.
     fn bytes(&self) -> &[u8];
 
     /// Whether the bytes are pages of a mapped file, reported by [`crate::Tensor::is_mapped`].
@@ -57,6 +74,8 @@ impl Storage {
     pub(crate) fn bytes(&self) -> Option<&[u8]> {
         match self {
             Storage::Owned(buf) => Some(buf.as_bytes()),
+            // In range: `Tensor::from_shared` checked `start + len` against the source, whose
+            // slice never changes (the `ByteSource` contract).
             Storage::Shared { source, start, len } => Some(&source.bytes()[*start..*start + *len]),
             Storage::Meta => None,
         }
@@ -72,5 +91,36 @@ impl fmt::Debug for Storage {
             }
             Storage::Meta => f.write_str("Meta"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_buffers_are_aligned_for_every_element_type() {
+        for len in [0, 1, 7, 8, 9, 64] {
+            let bytes: Vec<u8> = (0..len as u8).collect();
+            let buf = AlignedBuf::from_bytes(&bytes);
+            assert_eq!(buf.as_bytes(), bytes.as_slice());
+            assert!((buf.as_bytes().as_ptr() as usize).is_multiple_of(8));
+            assert_eq!(buf.clone().as_bytes(), bytes.as_slice());
+        }
+    }
+
+    #[test]
+    fn storage_bytes_are_the_shared_range() {
+        struct Owned(Vec<u8>);
+        // SAFETY: the vector is never written or reallocated after construction.
+        unsafe impl ByteSource for Owned {
+            fn bytes(&self) -> &[u8] {
+                &self.0
+            }
+        }
+        let storage = Storage::Shared { source: Arc::new(Owned((0..10).collect())), start: 2, len: 5 };
+        assert_eq!(storage.bytes(), Some(&[2u8, 3, 4, 5, 6][..]));
+        assert_eq!(Storage::Meta.bytes(), None);
+        assert_eq!(format!("{storage:?}"), "Shared(5 bytes at 2, mapped: true)");
     }
 }

@@ -44,12 +44,21 @@ fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     strides
 }
 
+/// The number of elements of `shape`, or `None` when it overflows `usize`. A shape with a zero
+/// axis holds no elements whatever its other axes, so the product is never formed for it.
+pub(crate) fn checked_len(shape: &[usize]) -> Option<usize> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
+    shape.iter().try_fold(1usize, |acc, &size| acc.checked_mul(size))
+}
+
 fn element_count(dtype: DType, shape: &[usize]) -> Result<usize> {
-    let count = shape.iter().try_fold(1usize, |acc, &size| acc.checked_mul(size));
-    let bytes = count.and_then(|count| dtype.storage_bytes(count as u64));
-    match (count, bytes) {
-        (Some(count), Some(bytes)) if bytes <= isize::MAX as u64 => Ok(count),
-        (Some(count), None) if !dtype.bits().is_multiple_of(8) => Ok(count),
+    // Bits rather than bytes, so that sub-byte dtypes are checked too (rounded up to a byte).
+    let bytes = checked_len(shape)
+        .and_then(|count| Some((count, (count as u64).checked_mul(dtype.bits() as u64)?.div_ceil(8))));
+    match bytes {
+        Some((count, bytes)) if bytes <= isize::MAX as u64 => Ok(count),
         _ => Err(Error::TooLarge { dtype, shape: shape.to_vec() }),
     }
 }
@@ -158,8 +167,11 @@ impl Tensor {
     }
 
     /// A tensor of zeros (all bits zero, which is 0 for every numeric dtype and `false`).
+    ///
+    /// # Panics
+    /// When the element count of `shape` overflows `usize` (no memory could hold it).
     pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
-        let count = shape.iter().product::<usize>();
+        let count = checked_len(shape).expect("the shape of a tensor of zeros fits in memory");
         Tensor::with_storage(Storage::Owned(AlignedBuf::zeroed(packed_bytes(dtype, count))), dtype, shape)
     }
 
@@ -194,9 +206,9 @@ impl Tensor {
         self.dtype
     }
 
-    /// The number of elements.
+    /// The number of elements (`usize::MAX` for a meta tensor whose shape overflows it).
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        checked_len(&self.shape).unwrap_or(usize::MAX)
     }
 
     /// Whether the tensor has no elements.
@@ -231,7 +243,9 @@ impl Tensor {
             if size != 1 && stride != step {
                 return false;
             }
-            step *= size;
+            // Saturating as `contiguous_strides` is: the axes outside a zero-size axis of an
+            // empty tensor may multiply past `usize::MAX`.
+            step = step.saturating_mul(size);
         }
         true
     }
@@ -437,11 +451,13 @@ impl Tensor {
             return Err(Error::DTypeMismatch { expected: T::DTYPE, found: self.dtype });
         }
         let bytes = self.to_bytes()?;
+        check_bools(self.dtype, &bytes)?;
         let mut out: Vec<T> = Vec::with_capacity(self.len());
+        assert_eq!(bytes.len(), self.len() * std::mem::size_of::<T>(), "packed bytes of the tensor's elements");
         // SAFETY: `out` has capacity for `len` elements of `T`, and `bytes` holds exactly
-        // `len * size_of::<T>()` bytes (the dtype matches `T`). The bytes are a valid `T` each:
-        // plain numbers accept every bit pattern and BOOL bytes were checked to be 0 or 1 when
-        // the storage was built. The copy is bytewise, so alignment of `bytes` does not matter.
+        // `len * size_of::<T>()` bytes (asserted above). The bytes are a valid `T` each: plain
+        // numbers accept every bit pattern and BOOL bytes were checked just now to be 0 or 1.
+        // The copy is bytewise, so the alignment of `bytes` does not matter.
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), bytes.len());
             out.set_len(self.len());
@@ -451,9 +467,12 @@ impl Tensor {
 
     /// A contiguous tensor's elements as a slice of `T`, borrowed from the storage.
     ///
+    /// `Ok(None)` for a view that is not one contiguous range: call [`Tensor::contiguous`]
+    /// first.
+    ///
     /// # Errors
-    /// [`Error::DTypeMismatch`], [`Error::Meta`]; `None`-like failure for non-contiguous views
-    /// is reported as [`Error::Meta`]-free: call [`Tensor::contiguous`] first.
+    /// [`Error::DTypeMismatch`] unless `T` is the tensor's dtype, [`Error::Meta`] for a meta
+    /// tensor, [`Error::InvalidBool`] for a BOOL byte other than 0 or 1.
     pub fn as_slice<T: Element>(&self) -> Result<Option<&[T]>> {
         if T::DTYPE != self.dtype {
             return Err(Error::DTypeMismatch { expected: T::DTYPE, found: self.dtype });
@@ -466,9 +485,17 @@ impl Tensor {
         }
         let bytes = self.to_bytes_cow();
         let Cow::Borrowed(bytes) = bytes else { return Ok(None) };
-        // SAFETY: the bytes are `len * size_of::<T>()` valid elements of `T` (see `to_vec`), and
-        // storage is aligned for `T`: owned buffers are 8-byte aligned and shared ranges were
-        // checked against the dtype's alignment when built; the offset is a whole element count.
+        check_bools(self.dtype, bytes)?;
+        let address = bytes.as_ptr() as usize;
+        if !address.is_multiple_of(std::mem::align_of::<T>()) {
+            return Err(Error::Misaligned { dtype: self.dtype, address, alignment: std::mem::align_of::<T>() });
+        }
+        assert_eq!(bytes.len(), self.len() * std::mem::size_of::<T>(), "packed bytes of the tensor's elements");
+        // SAFETY: `bytes` is `len * size_of::<T>()` bytes (asserted above), borrowed from the
+        // storage for as long as `self`; its start is aligned for `T` (checked just now, and
+        // guaranteed anyway by 8-aligned owned buffers and the alignment check of
+        // `from_shared`); each element is a valid `T`: plain numbers accept every bit pattern
+        // and BOOL bytes were checked just now to be 0 or 1.
         Ok(Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), self.len()) }))
     }
 
@@ -662,5 +689,121 @@ mod tests {
         assert!(matches!(t.to_vec::<i32>(), Err(Error::DTypeMismatch { .. })));
         assert!(matches!(Tensor::meta(DType::F32, &[2]).to_vec::<f32>(), Err(Error::Meta { .. })));
         assert!(matches!(Tensor::from_bytes(DType::Bool, &[2], &[0, 2]), Err(Error::InvalidBool { index: 1, .. })));
+    }
+
+    // The tests below walk every `unsafe` path of tensors (typed reads of owned and shared
+    // storage, views, gathers, casts) on small data, so that Miri checks them quickly.
+
+    /// Bytes owned by the test, shared the way a file mapping is.
+    struct Bytes(AlignedBuf);
+
+    // SAFETY: the buffer is owned, never written after construction and never reallocated.
+    unsafe impl ByteSource for Bytes {
+        fn bytes(&self) -> &[u8] {
+            self.0.as_bytes()
+        }
+
+        fn is_file_mapping(&self) -> bool {
+            false
+        }
+    }
+
+    fn source(bytes: &[u8]) -> Arc<dyn ByteSource> {
+        Arc::new(Bytes(AlignedBuf::from_bytes(bytes)))
+    }
+
+    fn le_bytes(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|value| value.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn shared_tensors_are_borrowed_typed_and_viewed() {
+        let values: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let mut bytes = vec![0u8; 8];
+        bytes.extend(le_bytes(&values));
+        let shared = source(&bytes);
+        let t = Tensor::from_shared(shared.clone(), 8, 48, DType::F32, &[3, 4]).unwrap();
+        let slice = t.as_slice::<f32>().unwrap().unwrap();
+        assert_eq!(slice, values.as_slice());
+        assert_eq!(slice.as_ptr().cast::<u8>(), shared.bytes()[8..].as_ptr(), "the slice borrows the source");
+        assert_eq!(t.to_vec::<f32>().unwrap(), values);
+
+        let columns = t.transpose(0, 1).unwrap();
+        assert_eq!(columns.as_slice::<f32>().unwrap(), None, "a strided view is not one range");
+        assert_eq!(columns.contiguous().to_vec::<f32>().unwrap(), [0., 4., 8., 1., 5., 9., 2., 6., 10., 3., 7., 11.]);
+        let middle = t.narrow(1, 1, 2).unwrap().narrow(0, 1, 2).unwrap();
+        assert_eq!(middle.to_vec::<f32>().unwrap(), [5., 6., 9., 10.]);
+        let last_row = t.narrow(0, 2, 1).unwrap();
+        assert_eq!(last_row.as_slice::<f32>().unwrap().unwrap(), [8., 9., 10., 11.]);
+        let parts = t.split(1, 2).unwrap();
+        assert_eq!(
+            parts[1].permute(&[1, 0]).unwrap().contiguous().to_vec::<f32>().unwrap(),
+            [2., 6., 10., 3., 7., 11.]
+        );
+        assert_eq!(columns.reshape(&[12]).unwrap().to_vec::<f32>().unwrap()[..4], [0., 4., 8., 1.]);
+
+        let detached = middle.copy();
+        assert!(!detached.shares_storage(&t));
+        drop((t, columns, parts, last_row, middle));
+        assert_eq!(detached.as_slice::<f32>().unwrap().unwrap(), [5., 6., 9., 10.]);
+    }
+
+    #[test]
+    fn shared_tensors_check_range_length_alignment_and_bools() {
+        let shared = source(&[0, 1, 1, 0, 2, 0, 0, 0]);
+        assert!(matches!(
+            Tensor::from_shared(shared.clone(), 6, 4, DType::U8, &[4]),
+            Err(Error::SharedRange { start: 6, end: 10, len: 8 })
+        ));
+        assert!(matches!(
+            Tensor::from_shared(shared.clone(), usize::MAX, 2, DType::U8, &[2]),
+            Err(Error::SharedRange { .. })
+        ));
+        assert!(matches!(Tensor::from_shared(shared.clone(), 0, 3, DType::U8, &[4]), Err(Error::ByteLength { .. })));
+        assert!(matches!(Tensor::from_shared(shared.clone(), 1, 4, DType::F32, &[1]), Err(Error::Misaligned { .. })));
+        assert!(matches!(
+            Tensor::from_shared(shared.clone(), 0, 5, DType::Bool, &[5]),
+            Err(Error::InvalidBool { index: 4, value: 2 })
+        ));
+        let flags = Tensor::from_shared(shared, 0, 4, DType::Bool, &[2, 2]).unwrap();
+        assert_eq!(flags.as_slice::<bool>().unwrap().unwrap(), [false, true, true, false]);
+        assert_eq!(flags.transpose(0, 1).unwrap().to_vec::<bool>().unwrap(), [false, true, true, false]);
+    }
+
+    #[test]
+    fn every_element_type_round_trips() {
+        fn round_trip<T: Element + PartialEq + fmt::Debug>(values: Vec<T>) {
+            let shape = [values.len()];
+            let t = Tensor::from_vec(values.clone(), &shape).unwrap();
+            assert_eq!(t.as_slice::<T>().unwrap().unwrap(), values.as_slice());
+            assert_eq!(t.to_vec::<T>().unwrap(), values);
+            let again = Tensor::from_bytes(T::DTYPE, &shape, &t.to_bytes().unwrap()).unwrap();
+            assert_eq!(again.to_vec::<T>().unwrap(), values);
+        }
+        round_trip(vec![1.5f32, -0.0, f32::MAX]);
+        round_trip(vec![1.5f64, f64::MIN_POSITIVE]);
+        round_trip(vec![f16::from_f32(0.5), f16::MAX]);
+        round_trip(vec![bf16::from_f32(-3.0), bf16::MIN]);
+        round_trip(vec![0u8, 255]);
+        round_trip(vec![-128i8, 127]);
+        round_trip(vec![u16::MAX, 1]);
+        round_trip(vec![i16::MIN, 2]);
+        round_trip(vec![u32::MAX, 3]);
+        round_trip(vec![i32::MIN, 4]);
+        round_trip(vec![u64::MAX, 5]);
+        round_trip(vec![i64::MIN, 6]);
+        round_trip(vec![true, false, true]);
+        round_trip(Vec::<f32>::new());
+    }
+
+    #[test]
+    fn casts_of_shared_strided_views() {
+        let values = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let t = Tensor::from_shared(source(&le_bytes(&values)), 0, 24, DType::F32, &[2, 3]).unwrap();
+        let half = t.transpose(0, 1).unwrap().to_dtype(DType::BF16).unwrap();
+        assert_eq!(half.shape(), &[3, 2]);
+        assert_eq!(half.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(), [1., 4., 2., 5., 3., 6.]);
+        let sixteen = t.to_dtype(DType::F16).unwrap();
+        assert_eq!(sixteen.as_slice::<f16>().unwrap().unwrap()[5], f16::from_f32(6.0));
     }
 }

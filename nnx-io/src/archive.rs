@@ -13,7 +13,7 @@ use nnx_core::{
 };
 
 use crate::error::{Error, Result};
-use crate::index::{Shard, ShardIndex};
+use crate::index::{Shard, ShardIndex, shard_stem};
 use crate::mapped::MappedFile;
 
 /// Where an entry's data is.
@@ -128,6 +128,11 @@ impl Archive {
     /// them (`model.safetensors.index.json`, then `model.safetensors`, then any single index,
     /// then every `*.safetensors` file as a union).
     ///
+    /// In a folder, only these names are read: the temporary files of a save in progress or
+    /// interrupted (`.NAME.tmp-...`) never are, and shard files (`STEM-00001-of-00003...`) are
+    /// read only through an index that names them, so shards left by an interrupted save are
+    /// never taken for a checkpoint.
+    ///
     /// Files are mapped, not read: opening costs a header parse. A shard is opened only when
     /// one of its entries is needed. Mapped files must not be changed in place by another
     /// program while tensors from them are alive (nnx itself never does: saves write a new
@@ -183,6 +188,10 @@ impl Archive {
 
     /// The union of the `*.safetensors` files in `dir` whose names `accept` takes, in name
     /// order; `None` when there are none.
+    ///
+    /// # Errors
+    /// [`Error::ShardWithoutIndex`] when one of them is named as a shard: without the index
+    /// that lists them, shards may be a partial or stale set.
     pub(crate) fn open_files(dir: &Path, accept: impl Fn(&str) -> bool) -> Result<Option<Archive>> {
         let mut files = Vec::new();
         for item in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
@@ -196,6 +205,11 @@ impl Archive {
             return Ok(None);
         }
         files.sort();
+        if let Some(shard) =
+            files.iter().find(|path| path.file_name().and_then(|name| name.to_str()).and_then(shard_stem).is_some())
+        {
+            return Err(Error::ShardWithoutIndex { dir: dir.to_path_buf(), shard: shard.clone() });
+        }
         let mut archive = Archive::union(files.iter().map(Archive::open).collect::<Result<Vec<_>>>()?)?;
         archive.origin = format!("`{}`", dir.display());
         Ok(Some(archive))

@@ -67,6 +67,16 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A folder whose weights would be shards without their index.
+    #[error(
+        "`{shard}` in `{dir}` is a shard but the folder has no `model.safetensors.index.json` or single `*.safetensors.index.json` to read it through (a sharded save interrupted before its index leaves such files): save the checkpoint again, or pass the path of its index or of one file"
+    )]
+    ShardWithoutIndex {
+        /// The folder.
+        dir: PathBuf,
+        /// A shard file found in it.
+        shard: PathBuf,
+    },
     /// A folder with nothing nnx can open.
     #[error(
         "`{path}` holds no `model.safetensors`, shard index or `*.safetensors` file: pass the path of the weights file"
@@ -160,6 +170,28 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A configuration field whose value cannot make a model or a quantization.
+    #[error("`{path}` is not a usable configuration: field `{field}` is {found}, but {rule}; correct that field")]
+    ConfigField {
+        /// The configuration file (or the weights file whose metadata holds it).
+        path: PathBuf,
+        /// The field, as a JSON path (`n_head`, `quantization.bits`).
+        field: String,
+        /// The value found.
+        found: u64,
+        /// What the value must satisfy.
+        rule: ConfigRule,
+    },
+    /// A quantized weight whose streams do not fit together.
+    #[error("weight `{name}` in {origin}: {source}")]
+    QuantizedWeight {
+        /// The archive.
+        origin: String,
+        /// The weight's name (its module path).
+        name: String,
+        /// What does not fit.
+        source: Box<nnx_core::Error>,
+    },
     /// A load that found problems; the module was left unchanged.
     #[error(transparent)]
     Load(#[from] nnx_core::LoadError),
@@ -188,6 +220,54 @@ pub enum Error {
         /// The weight's name (its module path).
         name: String,
     },
+}
+
+/// What a configuration field must satisfy, for [`Error::ConfigField`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigRule {
+    /// At least 1.
+    Positive,
+    /// At most `limit`.
+    AtMost {
+        /// The largest value accepted.
+        limit: u64,
+    },
+    /// A divisor of another field.
+    Divides {
+        /// The other field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// An even number.
+    Even {
+        /// Why it must be even.
+        reason: &'static str,
+    },
+    /// One of a fixed set of values.
+    OneOf {
+        /// The values accepted.
+        allowed: Vec<u64>,
+    },
+    /// Small enough that the weights it implies can be addressed.
+    Addressable,
+}
+
+impl std::fmt::Display for ConfigRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigRule::Positive => f.write_str("it must be at least 1"),
+            ConfigRule::AtMost { limit } => write!(f, "it must be at most {limit}"),
+            ConfigRule::Divides { field, value } => write!(f, "it must divide `{field}` ({value})"),
+            ConfigRule::Even { reason } => write!(f, "it must be even ({reason})"),
+            ConfigRule::OneOf { allowed } => {
+                let allowed: Vec<String> = allowed.iter().map(u64::to_string).collect();
+                write!(f, "it must be one of {}", allowed.join(", "))
+            }
+            ConfigRule::Addressable => f.write_str("the weights it implies are too large to address"),
+        }
+    }
 }
 
 impl Error {

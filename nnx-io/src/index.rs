@@ -62,6 +62,10 @@ impl<'de> DeserializeSeed<'de> for WeightMapVisitor<'_> {
 }
 
 impl ShardIndex {
+    /// Reads and checks the index at `path` (the shards themselves are opened later).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when it cannot be read, [`Error::Index`] when it is not a usable index.
     pub(crate) fn read(path: &Path) -> Result<ShardIndex> {
         let text = std::fs::read_to_string(path).map_err(Error::io("read", path))?;
         let invalid = |reason: String| Error::Index { path: path.to_path_buf(), reason };
@@ -149,6 +153,33 @@ fn weight_map_pairs(text: &str, problem: &mut Option<String>) -> serde_json::Res
     deserializer.deserialize_map(Top { problem })
 }
 
+/// The file name of shard `number` (from 1) of `count` for the checkpoint `stem`:
+/// `model-00001-of-00003.safetensors`, or for `generation` 2 and up a variant such as
+/// `model-00001-of-00003-v2.safetensors` (a save uses one when the standard names are still in
+/// use by the index it replaces).
+pub(crate) fn shard_file_name(stem: &str, number: usize, count: usize, generation: usize) -> String {
+    match generation {
+        0 | 1 => format!("{stem}-{number:05}-of-{count:05}.safetensors"),
+        _ => format!("{stem}-{number:05}-of-{count:05}-v{generation}.safetensors"),
+    }
+}
+
+/// The checkpoint stem of a shard file name written by [`shard_file_name`] (or by another
+/// writer of the `STEM-K-of-N.safetensors` convention): `Some("model")` for
+/// `model-00002-of-00003.safetensors` and `model-00002-of-00003-v2.safetensors`.
+pub(crate) fn shard_stem(file_name: &str) -> Option<&str> {
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit());
+    let mut rest = file_name.strip_suffix(".safetensors")?;
+    if let Some((head, generation)) = rest.rsplit_once("-v")
+        && digits(generation)
+    {
+        rest = head;
+    }
+    let (head, count) = rest.rsplit_once("-of-")?;
+    let (stem, number) = head.rsplit_once('-')?;
+    (digits(count) && digits(number) && !stem.is_empty()).then_some(stem)
+}
+
 /// One shard of an index, mapped on first use.
 pub(crate) struct Shard {
     index: Arc<ShardIndex>,
@@ -204,6 +235,37 @@ impl Shard {
             None => {
                 Err(self.mismatch(format!("the index puts `{name}` in this shard but the shard has no such entry")))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{shard_file_name, shard_stem};
+
+    #[test]
+    fn shard_names_round_trip_to_their_stem() {
+        for generation in [1, 2, 7] {
+            let name = shard_file_name("model", 2, 3, generation);
+            assert_eq!(shard_stem(&name), Some("model"), "{name}");
+        }
+        assert_eq!(shard_file_name("model", 2, 3, 1), "model-00002-of-00003.safetensors");
+        assert_eq!(shard_file_name("model", 2, 3, 2), "model-00002-of-00003-v2.safetensors");
+        assert_eq!(shard_stem("my-model-00001-of-00002.safetensors"), Some("my-model"));
+    }
+
+    #[test]
+    fn other_names_are_not_shards() {
+        for name in [
+            "model.safetensors",
+            "model-00001-of-00003.safetensors.index.json",
+            ".model-00001-of-00003.safetensors.tmp-12-0",
+            "model-0001-of-.safetensors",
+            "-00001-of-00003.safetensors",
+            "model-v2.safetensors",
+            "model-00001-of-00003-vx.safetensors",
+        ] {
+            assert_eq!(shard_stem(name), None, "{name}");
         }
     }
 }

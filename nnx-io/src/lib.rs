@@ -16,7 +16,7 @@ pub mod sniff;
 mod write;
 
 pub use archive::{Archive, EntryInfo, EntryLocation};
-pub use error::{Error, Result};
+pub use error::{ConfigRule, Error, Result};
 pub use header::HeaderProblem;
 pub use import::{
     HookContext, ImportError, ImportHook, ImportOptions, ImportPlan, ImportProblem, ImportReport, TensorParallel,

@@ -21,7 +21,12 @@ pub(crate) struct MappedFile {
     copies: Vec<OnceLock<Tensor>>,
 }
 
-impl ByteSource for MappedFile {
+// SAFETY: `map` is a read-only mapping created once in `open` and never remapped, so `bytes`
+// returns the same address and length for the file's whole life. nnx never writes a file in
+// place (saves write a new file and rename it over the target); a change made by another
+// program while the file is mapped is outside what `Archive::open` supports, and even then
+// BOOL bytes are checked on every typed read.
+unsafe impl ByteSource for MappedFile {
     fn bytes(&self) -> &[u8] {
         &self.map
     }

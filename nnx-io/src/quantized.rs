@@ -5,15 +5,17 @@
 //! before any of its bytes are read.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use nnx_core::quant::{AffineSpec, AffineWeight, QuantizedLinear, SeedEncoding, SeedLinear, SeedWeight};
+use nnx_core::quant::{
+    AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, AffineWeight, QuantizedLinear, SeedEncoding, SeedLinear, SeedWeight,
+};
 use nnx_core::{DType, Tensor};
 use serde_json::{Map, Value};
 
 use crate::archive::Archive;
-use crate::error::{Error, Result};
-use crate::write::SaveOptions;
+use crate::error::{ConfigRule, Error, Result};
+use crate::write::{SaveOptions, write_atomic};
 
 /// The overlay file of extra entries a NanoSeedLM folder may hold (per-layer MLA tensors).
 pub const OVERLAY_FILE: &str = "model-mla-delta.safetensors";
@@ -120,7 +122,7 @@ impl QuantizationConfig {
     ///
     /// # Errors
     /// [`Error::Config`] for a malformed entry (missing `bits` or `group_size`, a `mode` other
-    /// than `affine`, unsupported values).
+    /// than `affine`), [`Error::ConfigField`] for unsupported values.
     pub fn from_config(config: &Value, path: &Path) -> Result<Option<QuantizationConfig>> {
         let Some(entry) = config.get("quantization").or_else(|| config.get("quantization_config")) else {
             return Ok(None);
@@ -133,14 +135,27 @@ impl QuantizationConfig {
             return Err(problem(format!("quantization mode `{mode}` is not supported: nnx reads `affine`")));
         }
         let spec = |object: &Map<String, Value>, at: &str| -> Result<AffineSpec> {
-            let number = |key: &str| {
-                object.get(key).and_then(Value::as_u64).ok_or_else(|| {
+            // Each value is checked against the supported ones while it is still a u64, so that
+            // a value too wide for the spec's fields is refused rather than truncated.
+            let number = |key: &str, allowed: Vec<u64>| {
+                let found = object.get(key).and_then(Value::as_u64).ok_or_else(|| {
                     problem(format!("`quantization{at}` needs an integer `{key}` (for example 4 bits, group size 64)"))
-                })
+                })?;
+                if allowed.contains(&found) {
+                    Ok(found)
+                } else {
+                    Err(Error::ConfigField {
+                        path: path.to_path_buf(),
+                        field: format!("quantization{at}.{key}"),
+                        found,
+                        rule: ConfigRule::OneOf { allowed },
+                    })
+                }
             };
-            let (bits, group_size) = (number("bits")?, number("group_size")?);
-            AffineSpec::new(bits as u32, group_size as usize)
-                .map_err(|error| problem(format!("`quantization{at}`: {error}")))
+            let bits = number("bits", AFFINE_BITS.iter().map(|&bits| u64::from(bits)).collect())?;
+            let group_size = number("group_size", AFFINE_GROUP_SIZES.iter().map(|&size| size as u64).collect())?;
+            // Both are among the supported values, which fit the spec's fields.
+            Ok(AffineSpec::new(bits as u32, group_size as usize)?)
         };
         let default = spec(object, "")?;
         let mut overrides = BTreeMap::new();
@@ -331,10 +346,16 @@ impl QuantizedFolder {
     /// from the shapes, trying group sizes 64, 32 and 128 in that order.
     ///
     /// # Errors
-    /// [`Error::UnknownEncoding`], [`Error::UnknownAffineSpec`], and [`Error::Tensor`] with
-    /// [`nnx_core::Error::QuantStream`] for a stream whose dtype or shape does not fit.
+    /// [`Error::UnknownEncoding`], [`Error::UnknownAffineSpec`], and
+    /// [`Error::QuantizedWeight`] for a stream whose dtype or shape does not fit.
     pub fn encoding(&self, name: &str) -> Result<WeightEncoding> {
         Ok(self.check(name)?.encoding())
+    }
+
+    /// An error of putting the streams of `name` together, naming the archive and the weight.
+    fn streams_error(&self, name: &str) -> impl FnOnce(nnx_core::Error) -> Error {
+        let (origin, name) = (self.archive.origin().to_string(), name.to_string());
+        move |source| Error::QuantizedWeight { origin, name, source: Box::new(source) }
     }
 
     /// Checks every stream of `name` from headers; the result holds meta tensors.
@@ -347,13 +368,16 @@ impl QuantizedFolder {
                 _ => return Err(self.unknown(name)),
             };
             let codes = self.meta(name, "codes")?;
-            return Ok(EncodedWeight::Seed(SeedWeight::new(encoding, seeds, coefficients, exp_bias, codes)?));
+            let weight =
+                SeedWeight::new(encoding, seeds, coefficients, exp_bias, codes).map_err(self.streams_error(name))?;
+            return Ok(EncodedWeight::Seed(weight));
         }
         let Some(weight) = self.meta(name, "weight")? else { return Err(self.unknown(name)) };
         match (self.meta(name, "scales")?, self.meta(name, "biases")?) {
             (Some(scales), Some(biases)) => {
                 let spec = self.affine_spec(name, &weight, &scales)?;
-                Ok(EncodedWeight::Affine(AffineWeight::new(weight, scales, biases, spec)?))
+                let weight = AffineWeight::new(weight, scales, biases, spec).map_err(self.streams_error(name))?;
+                Ok(EncodedWeight::Affine(weight))
             }
             (None, None) if weight.dtype().is_castable_float() => Ok(EncodedWeight::Float(weight)),
             _ => Err(self.unknown(name)),
@@ -366,12 +390,13 @@ impl QuantizedFolder {
         if let Some(config) = &self.quantization {
             return Ok(config.spec_for(name).unwrap_or(config.default));
         }
-        let packed = weight.shape().last().copied().unwrap_or(0);
-        let groups = scales.shape().last().copied().unwrap_or(0);
+        let packed = weight.shape().last().copied().unwrap_or(0) as u128;
+        let groups = scales.shape().last().copied().unwrap_or(0) as u128;
         for group_size in [64, 32, 128] {
-            let columns = groups * group_size;
+            // In u128, where shapes of any size multiply without overflow.
+            let columns = groups * group_size as u128;
             if columns > 0 && (packed * 32).is_multiple_of(columns) {
-                let bits = (packed * 32 / columns) as u32;
+                let bits = u32::try_from(packed * 32 / columns).unwrap_or(u32::MAX);
                 if let Ok(spec) = AffineSpec::new(bits, group_size) {
                     return Ok(spec);
                 }
@@ -388,18 +413,22 @@ impl QuantizedFolder {
         let get = |stream: &str| self.archive.try_get(&format!("{name}.{stream}"));
         Ok(match self.check(name)? {
             EncodedWeight::Float(_) => EncodedWeight::Float(get("weight")?),
-            EncodedWeight::Affine(meta) => {
-                EncodedWeight::Affine(AffineWeight::new(get("weight")?, get("scales")?, get("biases")?, meta.spec())?)
-            }
+            EncodedWeight::Affine(meta) => EncodedWeight::Affine(
+                AffineWeight::new(get("weight")?, get("scales")?, get("biases")?, meta.spec())
+                    .map_err(self.streams_error(name))?,
+            ),
             EncodedWeight::Seed(meta) => {
                 let codes = meta.codes.as_ref().map(|_| get("codes")).transpose()?;
-                EncodedWeight::Seed(SeedWeight::new(
-                    meta.encoding,
-                    get("seeds")?,
-                    get(meta.encoding.coefficient_stream())?,
-                    get("exp_bias")?,
-                    codes,
-                )?)
+                EncodedWeight::Seed(
+                    SeedWeight::new(
+                        meta.encoding,
+                        get("seeds")?,
+                        get(meta.encoding.coefficient_stream())?,
+                        get("exp_bias")?,
+                        codes,
+                    )
+                    .map_err(self.streams_error(name))?,
+                )
             }
         })
     }
@@ -415,7 +444,9 @@ impl QuantizedFolder {
     /// As [`QuantizedFolder::weight`]; [`Error::UnknownEncoding`] when the weight is not affine.
     pub fn quantized_linear(&self, name: &str) -> Result<QuantizedLinear> {
         match self.weight(name)? {
-            EncodedWeight::Affine(weight) => Ok(QuantizedLinear::new(weight, self.bias(name)?)?),
+            EncodedWeight::Affine(weight) => {
+                QuantizedLinear::new(weight, self.bias(name)?).map_err(self.streams_error(name))
+            }
             _ => Err(self.unknown(name)),
         }
     }
@@ -427,7 +458,7 @@ impl QuantizedFolder {
     /// weight.
     pub fn seed_linear(&self, name: &str) -> Result<SeedLinear> {
         match self.weight(name)? {
-            EncodedWeight::Seed(weight) => Ok(SeedLinear::new(weight, self.bias(name)?)?),
+            EncodedWeight::Seed(weight) => SeedLinear::new(weight, self.bias(name)?).map_err(self.streams_error(name)),
             _ => Err(self.unknown(name)),
         }
     }
@@ -448,7 +479,7 @@ fn open_model_files(dir: &Path) -> Result<Archive> {
 /// Writes `archive` as a model folder: page-aligned shards `model-0000K-of-0000N.safetensors`
 /// of at most `max_shard_bytes` (default [`DEFAULT_SHARD_BYTES`]) with
 /// `model.safetensors.index.json`, metadata `{"format": "mlx"}`, all streams of one weight in
-/// one shard, and `config.json` when `config` is given.
+/// one shard, and `config.json` when `config` is given (written atomically after the weights).
 ///
 /// # Errors
 /// [`Error::Io`] when the folder cannot be created or written, and the errors of
@@ -471,7 +502,9 @@ pub fn save_folder(
     if let Some(config) = config {
         let path = dir.join("config.json");
         let text = serde_json::to_string_pretty(config).expect("JSON values always serialize") + "\n";
-        std::fs::write(&path, text).map_err(Error::io("write", &path))?;
+        write_atomic(&path, |out| {
+            out.write_all(text.as_bytes()).map_err(|source| Error::Io { action: "write", path: PathBuf::new(), source })
+        })?;
     }
     Ok(())
 }

@@ -1,8 +1,10 @@
 //! Writing archives: deterministic SafeTensors files, written atomically (temporary file in the
-//! same folder, fsync, rename, fsync of the folder), optionally page-aligned or sharded.
+//! same folder, fsync, rename, fsync of the folder), optionally page-aligned or sharded (new
+//! shards beside the old ones, the index replaced last as the commit point, then the old shards
+//! removed).
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -10,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::archive::{Archive, WriteItem};
 use crate::error::{Error, Result};
+use crate::index::{ShardIndex, shard_file_name, shard_stem};
 
 /// The page of page-aligned files: 16 KiB, the page size of Apple silicon GPUs.
 pub const PAGE_BYTES: usize = 16 * 1024;
@@ -25,6 +28,19 @@ pub struct SaveOptions {
     /// Split into shards of at most this many data bytes (an entry larger than the limit gets
     /// a shard of its own): `dir/model.safetensors` becomes `dir/model-00001-of-0000N.safetensors`
     /// and `dir/model.safetensors.index.json`.
+    ///
+    /// A sharded save replaces the checkpoint as a whole. The new shards are written, each
+    /// atomically, under names the current index does not use (the standard names above when
+    /// they are free, else variants such as `model-00001-of-0000N-v2.safetensors`; readers
+    /// follow `weight_map`, so the names carry no meaning). The index is then replaced
+    /// atomically: that rename is the commit point, so a crash or a kill at any moment leaves
+    /// the old checkpoint or the new one, never a mix. Last, the shards the new index does not
+    /// name are removed: those of the old index, and shard files of the same stem left by an
+    /// interrupted save, with their temporary files.
+    ///
+    /// One writer at a time is assumed per checkpoint. Tensors already taken from the old
+    /// shards keep their pages after the old shards are removed; an archive opened from the
+    /// old index that had not yet opened a shard must be opened again.
     pub max_shard_bytes: Option<u64>,
     /// When sharding, keep the entries of one logical weight together: entries whose names are
     /// equal up to the last `.` (`x.weight`, `x.scales`, `x.biases`) go to the same shard, in
@@ -46,8 +62,17 @@ impl Archive {
 
     /// [`Archive::save`] with [`SaveOptions`].
     ///
+    /// Every layout is replaced atomically: a single file (page-aligned or not) by a rename
+    /// over the old one, a sharded checkpoint by writing its new shards beside the old ones and
+    /// then replacing the index, which commits the new set (see
+    /// [`SaveOptions::max_shard_bytes`]). A crash at any moment leaves the complete old
+    /// checkpoint or the complete new one, and readers that open it during the save see one of
+    /// the two. One writer at a time is assumed per target; two processes saving to the same
+    /// target at once may remove each other's shards.
+    ///
     /// # Errors
-    /// As [`Archive::save`].
+    /// As [`Archive::save`]. When a sharded save fails, the shards it wrote are removed and the
+    /// old checkpoint is left as it was.
     pub fn save_with(&self, path: impl AsRef<Path>, options: &SaveOptions) -> Result<()> {
         let path = path.as_ref();
         let items = self.write_items()?;
@@ -158,16 +183,39 @@ fn touch_pages(bytes: &[u8]) {
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Writes `path` through a temporary file beside it: write, fsync, rename over the target,
-/// fsync the folder. The temporary file is removed if anything fails.
-fn write_atomic<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<T>) -> Result<T> {
-    let dir = match path.parent() {
+/// The folder holding `path` (`.` for a bare file name).
+fn folder_of(path: &Path) -> PathBuf {
+    match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => PathBuf::from("."),
-    };
+    }
+}
+
+/// The temporary file a save of `file_name` writes first: `.NAME.tmp-PROCESS-COUNTER`, hidden
+/// and ending in neither `.safetensors` nor `.json`, so no folder reader takes it for weights.
+fn temp_name(file_name: &str) -> String {
+    format!(".{file_name}.tmp-{}-{}", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The file name a temporary file from [`temp_name`] stands in for.
+fn temp_target(file_name: &str) -> Option<&str> {
+    file_name.strip_prefix('.')?.rsplit_once(".tmp-").map(|(target, _)| target)
+}
+
+/// Writes `path` atomically: [`write_beside`], then an fsync of the folder so that the rename
+/// is on disk.
+pub(crate) fn write_atomic<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<T>) -> Result<T> {
+    let value = write_beside(path, write)?;
+    sync_folder(&folder_of(path))?;
+    Ok(value)
+}
+
+/// Writes `path` through a temporary file beside it: write, fsync, rename over the target.
+/// The temporary file is removed if anything fails. The rename is durable only once the
+/// folder is synced ([`sync_folder`]).
+fn write_beside<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<T>) -> Result<T> {
     let file_name = path.file_name().and_then(|name| name.to_str()).unwrap_or("archive");
-    let temp =
-        dir.join(format!(".{file_name}.tmp-{}-{}", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
+    let temp = folder_of(path).join(temp_name(file_name));
     let result = (|| {
         let file = File::create(&temp).map_err(Error::io("create", &temp))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
@@ -186,22 +234,17 @@ fn write_atomic<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<T>)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&temp);
-        return result;
-    }
-    // The rename is durable only once the folder's entry is on disk.
-    if let Ok(folder) = File::open(&dir) {
-        folder.sync_all().map_err(Error::io("flush to disk", &dir))?;
     }
     result
 }
 
-/// `dir/model.safetensors` -> (`dir/model-00001-of-00003.safetensors` names, the index path).
-fn shard_names(path: &Path, count: usize) -> (Vec<PathBuf>, PathBuf) {
-    let file_name = path.file_name().and_then(|name| name.to_str()).unwrap_or("model.safetensors");
-    let stem = file_name.strip_suffix(".safetensors").unwrap_or(file_name);
-    let dir = path.parent().unwrap_or(Path::new(""));
-    let shards = (1..=count).map(|at| dir.join(format!("{stem}-{at:05}-of-{count:05}.safetensors"))).collect();
-    (shards, dir.join(format!("{stem}.safetensors.index.json")))
+/// Puts the folder's entries (renames, new files) on disk. Folders that cannot be opened for
+/// this (some platforms) are skipped.
+fn sync_folder(dir: &Path) -> Result<()> {
+    if let Ok(folder) = File::open(dir) {
+        folder.sync_all().map_err(Error::io("flush to disk", dir))?;
+    }
+    Ok(())
 }
 
 /// Greedy in entry order: a shard is closed when the next entry would pass the limit; an
@@ -244,6 +287,28 @@ fn plan_shards(items: &[WriteItem<'_>], limit: u64, group_streams: bool) -> Vec<
     shards
 }
 
+/// The shard file names the index at `index_path` names: the files readers of the current
+/// checkpoint use. Empty when there is no index, or one no reader can use.
+fn shards_in_use(index_path: &Path) -> HashSet<String> {
+    let Ok(index) = ShardIndex::read(index_path) else {
+        return HashSet::new();
+    };
+    index.shards.iter().filter_map(|shard| shard.file_name().and_then(|name| name.to_str()).map(String::from)).collect()
+}
+
+/// Names for `count` shards of `stem` that none of `in_use` has: the standard names when they
+/// are free, else the first free variant.
+fn fresh_shard_names(stem: &str, count: usize, in_use: &HashSet<String>) -> Vec<String> {
+    let free = |generation: usize| {
+        let names: Vec<String> = (1..=count).map(|number| shard_file_name(stem, number, count, generation)).collect();
+        names.iter().all(|name| !in_use.contains(name)).then_some(names)
+    };
+    // `in_use` is finite, so some generation is free.
+    (1..).find_map(free).unwrap_or_default()
+}
+
+/// Writes a sharded checkpoint for `path` (`dir/STEM.safetensors`): see
+/// [`SaveOptions::max_shard_bytes`] for the order of the steps and what a crash leaves.
 fn write_shards(
     path: &Path,
     items: &[WriteItem<'_>],
@@ -252,15 +317,45 @@ fn write_shards(
     limit: u64,
     group_streams: bool,
 ) -> Result<()> {
+    let dir = folder_of(path);
+    let file_name = path.file_name().and_then(|name| name.to_str()).unwrap_or("model.safetensors");
+    let stem = file_name.strip_suffix(".safetensors").unwrap_or(file_name);
+    let index_path = dir.join(format!("{stem}.safetensors.index.json"));
     let plan = plan_shards(items, limit, group_streams);
-    let (shard_paths, index_path) = shard_names(path, plan.len());
-    let mut weight_map = Vec::with_capacity(items.len());
-    for (members, shard_path) in plan.iter().zip(&shard_paths) {
-        let shard_items: Vec<&WriteItem<'_>> = members.iter().map(|&at| &items[at]).collect();
-        write_atomic(shard_path, |out| write_safetensors(out, &shard_items, metadata, page_align))?;
-        let shard_name = shard_path.file_name().and_then(|name| name.to_str()).unwrap_or_default().to_string();
-        weight_map.extend(members.iter().map(|&at| (items[at].name, shard_name.clone())));
+    let in_use = shards_in_use(&index_path);
+    let shard_names = fresh_shard_names(stem, plan.len(), &in_use);
+
+    let mut written: Vec<PathBuf> = Vec::with_capacity(plan.len());
+    let result = (|| {
+        let mut weight_map = Vec::with_capacity(items.len());
+        for (members, shard_name) in plan.iter().zip(&shard_names) {
+            let shard_items: Vec<&WriteItem<'_>> = members.iter().map(|&at| &items[at]).collect();
+            let shard_path = dir.join(shard_name);
+            written.push(shard_path.clone());
+            write_beside(&shard_path, |out| write_safetensors(out, &shard_items, metadata, page_align))?;
+            weight_map.extend(members.iter().map(|&at| (items[at].name, shard_name.as_str())));
+        }
+        // Every shard must be on disk under its name before the index that names them is.
+        sync_folder(&dir)?;
+        let json = index_json(items, metadata, &weight_map);
+        write_atomic(&index_path, |out| {
+            out.write_all(json.as_bytes()).map_err(|source| Error::Io { action: "write", path: PathBuf::new(), source })
+        })
+    })();
+    if result.is_err() {
+        // The old index is untouched and names none of these files.
+        for shard_path in &written {
+            let _ = std::fs::remove_file(shard_path);
+        }
+        return result;
     }
+    let keep: HashSet<&str> = shard_names.iter().map(String::as_str).collect();
+    remove_unused_shards(&dir, stem, &keep, &in_use);
+    Ok(())
+}
+
+/// The index text: `metadata.total_size` (the data bytes), the other metadata, `weight_map`.
+fn index_json(items: &[WriteItem<'_>], metadata: &BTreeMap<String, String>, weight_map: &[(&str, &str)]) -> String {
     let total: u64 = items.iter().map(|item| item.bytes as u64).sum();
     let mut json = format!("{{\n  \"metadata\": {{\n    \"total_size\": {total}");
     for (key, value) in metadata {
@@ -273,9 +368,34 @@ fn write_shards(
         weight_map.iter().map(|(name, shard)| format!("\n    {}: {}", json_string(name), json_string(shard))).collect();
     json.push_str(&lines.join(","));
     json.push_str("\n  }\n}\n");
-    write_atomic(&index_path, |out| {
-        out.write_all(json.as_bytes()).map_err(|source| Error::Io { action: "write", path: PathBuf::new(), source })
-    })
+    json
+}
+
+/// After a sharded save of `stem` has committed: removes from `dir` every file the new index
+/// does not name (`keep`) that was a shard of the old index (`old`) or is a shard file of the
+/// same stem (left by an interrupted save), and the temporary files of interrupted saves of
+/// such shards, of the index and of `STEM.safetensors`. Failures are ignored: the new
+/// checkpoint is complete, and what is left is never read (no index names it) and is removed by
+/// the next save.
+fn remove_unused_shards(dir: &Path, stem: &str, keep: &HashSet<&str>, old: &HashSet<String>) {
+    let index_name = format!("{stem}.safetensors.index.json");
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for item in listing.flatten() {
+        let name = item.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let unused = if let Some(target) = temp_target(name) {
+            target == index_name || target == format!("{stem}.safetensors") || shard_stem(target) == Some(stem)
+        } else {
+            !keep.contains(name) && (old.contains(name) || shard_stem(name) == Some(stem))
+        };
+        if unused && item.file_type().is_ok_and(|kind| kind.is_file()) {
+            let _ = std::fs::remove_file(item.path());
+        }
+    }
 }
 
 /// `text` as a JSON string literal, quoted and escaped.

@@ -39,12 +39,51 @@ fn default_epsilon() -> f32 {
 }
 
 impl BertConfig {
-    /// Reads a `config.json`.
+    /// Reads a `config.json` and [checks](BertConfig::check) it.
     ///
     /// # Errors
-    /// [`crate::Error::Io`] or [`crate::Error::Config`].
+    /// [`crate::Error::Io`], [`crate::Error::Config`], or [`crate::Error::ConfigField`] naming
+    /// the first field that cannot make a model.
     pub fn from_file(path: impl AsRef<Path>) -> crate::Result<BertConfig> {
-        super::read_config(path.as_ref())
+        let config: BertConfig = super::read_config(path.as_ref())?;
+        config.check(path.as_ref())?;
+        Ok(config)
+    }
+
+    /// Checks that the configuration makes a model: every size at least 1,
+    /// `num_attention_heads` dividing `hidden_size`, at most [`MAX_LAYERS`](super::MAX_LAYERS)
+    /// layers, and weights small enough to address. `path` names the file in the error.
+    ///
+    /// # Errors
+    /// [`crate::Error::ConfigField`] naming the first field at fault.
+    pub fn check(&self, path: &Path) -> crate::Result<()> {
+        let checks = super::Checks::new(path);
+        checks.positive("vocab_size", self.vocab_size)?;
+        checks.positive("hidden_size", self.hidden_size)?;
+        checks.positive("num_attention_heads", self.num_attention_heads)?;
+        checks.divides("num_attention_heads", self.num_attention_heads, ("hidden_size", self.hidden_size))?;
+        checks.positive("intermediate_size", self.intermediate_size)?;
+        checks.positive("max_position_embeddings", self.max_position_embeddings)?;
+        checks.positive("type_vocab_size", self.type_vocab_size)?;
+        checks.at_most("num_hidden_layers", self.num_hidden_layers, super::MAX_LAYERS)?;
+        let (hidden, inner) = (self.hidden_size, self.intermediate_size);
+        checks.addressable(
+            &[
+                ("vocab_size", self.vocab_size),
+                ("hidden_size", hidden),
+                ("intermediate_size", inner),
+                ("max_position_embeddings", self.max_position_embeddings),
+                ("type_vocab_size", self.type_vocab_size),
+            ],
+            self.num_hidden_layers,
+            &[&[4, hidden, hidden], &[2, hidden, inner], &[9, hidden], &[1, inner]],
+            &[
+                &[self.vocab_size, hidden],
+                &[self.max_position_embeddings, hidden],
+                &[self.type_vocab_size, hidden],
+                &[2, hidden],
+            ],
+        )
     }
 }
 

@@ -33,12 +33,44 @@ fn default_epsilon() -> f32 {
 }
 
 impl Gpt2Config {
-    /// Reads a `config.json`.
+    /// Reads a `config.json` and [checks](Gpt2Config::check) it.
     ///
     /// # Errors
-    /// [`crate::Error::Io`] or [`crate::Error::Config`].
+    /// [`crate::Error::Io`], [`crate::Error::Config`], or [`crate::Error::ConfigField`] naming
+    /// the first field that cannot make a model.
     pub fn from_file(path: impl AsRef<Path>) -> crate::Result<Gpt2Config> {
-        super::read_config(path.as_ref())
+        let config: Gpt2Config = super::read_config(path.as_ref())?;
+        config.check(path.as_ref())?;
+        Ok(config)
+    }
+
+    /// Checks that the configuration makes a model: every size at least 1, `n_head` dividing
+    /// `n_embd`, at most [`MAX_LAYERS`](super::MAX_LAYERS) layers, and weights small enough
+    /// to address. `path` names the file in the error.
+    ///
+    /// # Errors
+    /// [`crate::Error::ConfigField`] naming the first field at fault.
+    pub fn check(&self, path: &Path) -> crate::Result<()> {
+        let checks = super::Checks::new(path);
+        checks.positive("vocab_size", self.vocab_size)?;
+        checks.positive("n_positions", self.n_positions)?;
+        checks.positive("n_embd", self.n_embd)?;
+        checks.positive("n_head", self.n_head)?;
+        checks.divides("n_head", self.n_head, ("n_embd", self.n_embd))?;
+        checks.at_most("n_layer", self.n_layer, super::MAX_LAYERS)?;
+        if let Some(inner) = self.n_inner {
+            checks.positive("n_inner", inner)?;
+        }
+        let (width, inner) = (self.n_embd, self.n_inner.unwrap_or(self.n_embd.saturating_mul(4)));
+        // A failure names a field the file sets: `n_inner` only when it is given.
+        let mut fields = vec![("vocab_size", self.vocab_size), ("n_positions", self.n_positions), ("n_embd", width)];
+        fields.extend(self.n_inner.map(|inner| ("n_inner", inner)));
+        checks.addressable(
+            &fields,
+            self.n_layer,
+            &[&[4, width, width], &[2, width, inner], &[10, width], &[1, inner]],
+            &[&[self.vocab_size, width], &[self.n_positions, width], &[2, width]],
+        )
     }
 
     /// The MLP width.

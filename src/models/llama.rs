@@ -53,12 +53,69 @@ fn default_epsilon() -> f32 {
 }
 
 impl LlamaConfig {
-    /// Reads a `config.json`.
+    /// Reads a `config.json` and [checks](LlamaConfig::check) it.
     ///
     /// # Errors
-    /// [`crate::Error::Io`] or [`crate::Error::Config`].
+    /// [`crate::Error::Io`], [`crate::Error::Config`], or [`crate::Error::ConfigField`] naming
+    /// the first field that cannot make a model.
     pub fn from_file(path: impl AsRef<Path>) -> crate::Result<LlamaConfig> {
-        super::read_config(path.as_ref())
+        let config: LlamaConfig = super::read_config(path.as_ref())?;
+        config.check(path.as_ref())?;
+        Ok(config)
+    }
+
+    /// Checks that the configuration makes a model: every size at least 1, the key/value heads
+    /// dividing the query heads, the query heads dividing `hidden_size` when `head_dim` is not
+    /// given, an even head width (rotary embeddings turn pairs of values), at most
+    /// [`MAX_LAYERS`](super::MAX_LAYERS) layers, and weights small enough to address. `path`
+    /// names the file in the error.
+    ///
+    /// # Errors
+    /// [`crate::Error::ConfigField`] naming the first field at fault.
+    pub fn check(&self, path: &Path) -> crate::Result<()> {
+        let checks = super::Checks::new(path);
+        checks.positive("vocab_size", self.vocab_size)?;
+        checks.positive("hidden_size", self.hidden_size)?;
+        checks.positive("intermediate_size", self.intermediate_size)?;
+        checks.positive("num_attention_heads", self.num_attention_heads)?;
+        if let Some(kv_heads) = self.num_key_value_heads {
+            checks.positive("num_key_value_heads", kv_heads)?;
+            checks.divides("num_key_value_heads", kv_heads, ("num_attention_heads", self.num_attention_heads))?;
+        }
+        match self.head_dim {
+            Some(head_dim) => {
+                checks.positive("head_dim", head_dim)?;
+                checks.even("head_dim", head_dim, "rotary position embeddings turn pairs of values")?;
+            }
+            None => {
+                let heads = self.num_attention_heads;
+                checks.divides("num_attention_heads", heads, ("hidden_size", self.hidden_size))?;
+                checks.even(
+                    "hidden_size / num_attention_heads",
+                    self.hidden_size / heads,
+                    "rotary position embeddings turn pairs of values",
+                )?;
+            }
+        }
+        checks.at_most("num_hidden_layers", self.num_hidden_layers, super::MAX_LAYERS)?;
+        let (hidden, inner, head_dim) = (self.hidden_size, self.intermediate_size, self.head_dim());
+        checks.addressable(
+            &[
+                ("vocab_size", self.vocab_size),
+                ("hidden_size", hidden),
+                ("intermediate_size", inner),
+                ("num_attention_heads", self.num_attention_heads),
+                ("head_dim", head_dim),
+            ],
+            self.num_hidden_layers,
+            &[
+                &[2, hidden, self.num_attention_heads, head_dim],
+                &[2, hidden, self.kv_heads(), head_dim],
+                &[3, hidden, inner],
+                &[2, hidden],
+            ],
+            &[&[2, self.vocab_size, hidden], &[1, hidden]],
+        )
     }
 
     /// Width of one head.

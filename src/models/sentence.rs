@@ -35,9 +35,11 @@ impl SentenceEncoder {
         let sentence_config = folder.join("sentence_bert_config.json");
         let max_length = match std::fs::read_to_string(&sentence_config) {
             Ok(text) => {
-                serde_json::from_str::<SentenceBertConfig>(&text)
+                let max_length = serde_json::from_str::<SentenceBertConfig>(&text)
                     .map_err(|error| Error::Config { path: sentence_config.clone(), reason: error.to_string() })?
-                    .max_seq_length
+                    .max_seq_length;
+                super::Checks::new(&sentence_config).positive("max_seq_length", max_length)?;
+                max_length
             }
             Err(_) => config.max_position_embeddings,
         };

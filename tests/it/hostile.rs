@@ -58,7 +58,7 @@ unsafe impl GlobalAlloc for Tracking {
 static ALLOCATOR: Tracking = Tracking;
 
 /// Runs `work` and returns its value with the largest single allocation it made on this thread.
-fn largest_allocation<T>(work: impl FnOnce() -> T) -> (T, usize) {
+pub(crate) fn largest_allocation<T>(work: impl FnOnce() -> T) -> (T, usize) {
     LARGEST_ALLOCATION.with(|largest| largest.set(0));
     let value = work();
     (value, LARGEST_ALLOCATION.with(Cell::get))
@@ -66,13 +66,13 @@ fn largest_allocation<T>(work: impl FnOnce() -> T) -> (T, usize) {
 
 /// No hostile file here is larger than a few KiB; nothing nnx allocates for it may be near the
 /// sizes the files claim (100 MB and more).
-const ALLOCATION_LIMIT: usize = 1 << 20;
+pub(crate) const ALLOCATION_LIMIT: usize = 1 << 20;
 
 // ---------------------------------------------------------------------------------------------
 // Building files.
 
 /// A file: the 8-byte little-endian length of `header`, `header`, then `data`.
-fn file(header: &str, data: &[u8]) -> Vec<u8> {
+pub(crate) fn file(header: &str, data: &[u8]) -> Vec<u8> {
     with_length(header.len() as u64, header.as_bytes(), data)
 }
 
@@ -85,7 +85,7 @@ fn with_length(declared: u64, header: &[u8], data: &[u8]) -> Vec<u8> {
 }
 
 /// The JSON of one entry.
-fn entry(dtype: &str, shape: &str, begin: u64, end: u64) -> String {
+pub(crate) fn entry(dtype: &str, shape: &str, begin: u64, end: u64) -> String {
     format!(r#"{{"dtype":"{dtype}","shape":{shape},"data_offsets":[{begin},{end}]}}"#)
 }
 
@@ -120,7 +120,7 @@ fn zip(members: &[&str]) -> Vec<u8> {
 // The corpus.
 
 /// What opening a file must give.
-enum Expect {
+pub(crate) enum Expect {
     /// `Error::Header` with exactly this problem.
     Problem(HeaderProblem),
     /// `Error::Header` with a problem that passes the check (for parser messages, which are
@@ -134,11 +134,11 @@ enum Expect {
 
 /// One hostile file: a name, its bytes, the error it must give and words its message must hold
 /// (besides the file's path).
-struct Case {
-    name: &'static str,
-    bytes: Vec<u8>,
-    expect: Expect,
-    says: &'static [&'static str],
+pub(crate) struct Case {
+    pub(crate) name: &'static str,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) expect: Expect,
+    pub(crate) says: &'static [&'static str],
 }
 
 fn case(name: &'static str, bytes: Vec<u8>, expect: Expect, says: &'static [&'static str]) -> Case {
@@ -153,7 +153,7 @@ fn bad_entry(name: &'static str, field_words: &'static str) -> impl Fn(&HeaderPr
     move |problem| matches!(problem, HeaderProblem::BadEntry { name: found, message } if found == name && message.contains(field_words))
 }
 
-fn corpus() -> Vec<Case> {
+pub(crate) fn corpus() -> Vec<Case> {
     use Expect::{BadData, Kind, Problem};
     use HeaderProblem as P;
 

@@ -2,8 +2,10 @@
 
 mod archive;
 mod cli;
+mod crash;
 mod generate;
 mod hostile;
+mod hostile_readers;
 mod import;
 mod minilm;
 mod models;

@@ -91,7 +91,9 @@ pub(crate) fn f32_values(tensor: &Tensor, op: &'static str) -> Result<Vec<f32>> 
 /// An owned f32 buffer that a tensor can sit on without a copy.
 struct OwnedValues(Vec<f32>);
 
-impl crate::ByteSource for OwnedValues {
+// SAFETY: the vector is owned, never resized or written after construction (the field is
+// private and only read here), so `bytes` returns the same slice on every call.
+unsafe impl crate::ByteSource for OwnedValues {
     fn bytes(&self) -> &[u8] {
         bytemuck::cast_slice(&self.0)
     }

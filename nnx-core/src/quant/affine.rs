@@ -56,9 +56,11 @@ impl AffineSpec {
         }
     }
 
-    /// u32 words holding `columns` packed values.
+    /// u32 words holding `columns` packed values (whole words; weights have whole groups, so
+    /// nothing is dropped for them). Never overflows: the words are fewer than the values.
     pub fn packed_columns(&self, columns: usize) -> usize {
-        columns * self.bits as usize / 32
+        let bits = self.bits as usize;
+        columns / 32 * bits + columns % 32 * bits / 32
     }
 
     /// Checks a weight's shape: rank 1 or more with a last axis made of whole groups.
@@ -89,7 +91,9 @@ impl AffineWeight {
     /// # Errors
     /// [`Error::QuantStream`] naming the stream that does not fit: `weight` must be U32,
     /// `scales` a float dtype, `biases` the same dtype and shape as `scales`, and `weight`
-    /// `[.., rows, groups * group_size * bits / 32]` for `scales` `[.., rows, groups]`.
+    /// `[.., rows, groups * group_size * bits / 32]` for `scales` `[.., rows, groups]`;
+    /// [`Error::QuantTooLarge`] when `groups * group_size` overflows (an empty weight claiming
+    /// more columns than can be counted).
     pub fn new(weight: Tensor, scales: Tensor, biases: Tensor, spec: AffineSpec) -> Result<AffineWeight> {
         let dtype = match scales.dtype() {
             DType::F32 | DType::BF16 | DType::F16 => scales.dtype(),
@@ -99,7 +103,16 @@ impl AffineWeight {
         check_stream("biases", &biases, dtype, scales.shape())?;
         let mut packed = scales.shape().to_vec();
         match packed.last_mut() {
-            Some(groups) => *groups = spec.packed_columns(*groups * spec.group_size),
+            Some(groups) => {
+                // An empty weight may claim any number of groups; their values must still be
+                // countable.
+                let columns = groups.checked_mul(spec.group_size).ok_or_else(|| Error::QuantTooLarge {
+                    stream: "scales",
+                    shape: scales.shape().to_vec(),
+                    values: spec.group_size,
+                })?;
+                *groups = spec.packed_columns(columns);
+            }
             None => check_stream("scales", &scales, dtype, &[1])?,
         }
         check_stream("weight", &weight, DType::U32, &packed)?;
@@ -148,7 +161,8 @@ impl AffineWeight {
     pub fn shape(&self) -> Vec<usize> {
         let mut shape = self.scales.shape().to_vec();
         if let Some(last) = shape.last_mut() {
-            *last *= self.spec.group_size;
+            // `new` checked that this fits; saturating keeps replaced fields from overflowing.
+            *last = last.saturating_mul(self.spec.group_size);
         }
         shape
     }

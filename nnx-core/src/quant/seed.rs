@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use super::{check_stream, round_bf16};
 use crate::error::{Error, Result};
 use crate::kernels::f32_tensor;
+use crate::tensor::checked_len;
 use crate::{DType, Tensor};
 
 /// Values per block.
@@ -173,7 +174,8 @@ impl SeedWeight {
     ///
     /// # Errors
     /// [`Error::QuantStream`] naming the stream that does not fit (`seeds` must be U16 of rank
-    /// 3, `codes` must be present exactly for SEED4P4).
+    /// 3, `codes` must be present exactly for SEED4P4); [`Error::QuantTooLarge`] when the
+    /// logical shape `[slices, rows, blocks * 8]` cannot be counted.
     pub fn new(
         encoding: SeedEncoding,
         seeds: Tensor,
@@ -214,16 +216,25 @@ impl SeedWeight {
                 });
             }
         }
+        // An empty weight may claim any number of blocks; its logical shape must still be
+        // countable.
+        let columns = shape[2].checked_mul(BLOCK);
+        let Some(columns) = columns.filter(|&columns| checked_len(&[shape[0], shape[1], columns]).is_some()) else {
+            return Err(Error::QuantTooLarge { stream: "seeds", shape: shape.to_vec(), values: BLOCK });
+        };
         if encoding == SeedEncoding::Seed4P4 && !shape[2].is_multiple_of(2) {
-            return Err(Error::QuantColumns { shape: vec![shape[0], shape[1], shape[2] * BLOCK], multiple: 16 });
+            return Err(Error::QuantColumns { shape: vec![shape[0], shape[1], columns], multiple: 16 });
         }
         Ok(SeedWeight { encoding, seeds, coefficients, exp_bias, codes })
     }
 
     /// The logical shape `[slices, rows, columns]`.
     pub fn shape(&self) -> [usize; 3] {
-        let shape = self.seeds.shape();
-        [shape[0], shape[1], shape[2] * BLOCK]
+        match *self.seeds.shape() {
+            // `new` checked that this fits; saturating keeps replaced fields from overflowing.
+            [slices, rows, blocks] => [slices, rows, blocks.saturating_mul(BLOCK)],
+            _ => [0, 0, 0],
+        }
     }
 
     /// The decoded weight, BF16 `[slices, rows, columns]`, equal bit for bit to the reference
@@ -234,8 +245,8 @@ impl SeedWeight {
     pub fn decode(&self) -> Result<Tensor> {
         let shape = self.shape();
         let decoder = self.decoder()?;
-        let mut out = vec![0f32; shape.iter().product()];
-        decoder.rows(0, shape[0] * shape[1], &mut out);
+        let mut out = vec![0f32; checked_len(&shape).unwrap_or(0)];
+        decoder.rows(0, shape[0].saturating_mul(shape[1]), &mut out);
         f32_tensor(out, &shape)?.to_dtype(DType::BF16)
     }
 
@@ -263,6 +274,9 @@ impl SeedWeight {
     /// the best one and refined one step at a time; the seed with the smallest error wins.
     /// Each slice's exponent window starts at [`seed_exp_bias`] of its blocks.
     ///
+    /// A weight without rows (`[0, columns]`) encodes to empty streams with the exponent bias of
+    /// a slice of zeros, and decodes back to its own empty shape.
+    ///
     /// # Errors
     /// [`Error::NotFloat`], [`Error::QuantColumns`], [`Error::Meta`].
     pub fn encode(source: &Tensor, encoding: SeedEncoding, options: &EncodeOptions<'_>) -> Result<SeedWeight> {
@@ -279,8 +293,11 @@ impl SeedWeight {
             return Err(Error::QuantColumns { shape: source.shape().to_vec(), multiple });
         }
         let values = source.to_f32_vec()?;
-        let blocks_per_slice = rows * columns / BLOCK;
-        let exp_bias: Vec<i32> = values.chunks(rows * columns).map(seed_exp_bias).collect();
+        // The values are in memory, so a slice of them is countable unless it is empty.
+        let per_slice = if values.is_empty() { 0 } else { rows * columns };
+        let blocks_per_slice = per_slice / BLOCK;
+        let exp_bias: Vec<i32> =
+            (0..slices).map(|slice| seed_exp_bias(&values[slice * per_slice..(slice + 1) * per_slice])).collect();
         let found = match encoding {
             SeedEncoding::Seed4 => search::<3>(&values, blocks_per_slice, &exp_bias, options),
             SeedEncoding::Seed4P4 => search::<4>(&values, blocks_per_slice, &exp_bias, options),
@@ -341,7 +358,8 @@ pub fn seed_exp_bias(values: &[f32]) -> i32 {
         })
         .max();
     match top {
-        Some(top) => top + 1 - 15,
+        // Saturating: an infinite value gives the largest exponent an i32 holds.
+        Some(top) => top.saturating_sub(14),
         None => -30,
     }
 }
@@ -367,6 +385,9 @@ impl SeedDecoder {
     /// into `out`, in parallel over rows when there is enough work.
     pub(crate) fn rows(&self, first: usize, count: usize, out: &mut [f32]) {
         let columns = self.columns;
+        if count == 0 || columns == 0 {
+            return;
+        }
         let task = |(at, out): (usize, &mut [f32])| self.row(first + at, out);
         let out = &mut out[..count * columns];
         if count * columns >= 1 << 16 {
@@ -385,12 +406,14 @@ impl SeedDecoder {
             let word = u32::from(self.words[g]);
             match self.encoding {
                 SeedEncoding::Seed4 => {
-                    let scale = block_scale(bias + (word & 0xf) as i32);
+                    // Saturating: a damaged `exp_bias` near the ends of i32 gives scales of 0 or
+                    // infinity, as the exact exponent would.
+                    let scale = block_scale(bias.saturating_add((word & 0xf) as i32));
                     decode_block::<3>(self.seeds[g], [nibble(word, 4), nibble(word, 8), nibble(word, 12)], scale, out);
                 }
                 SeedEncoding::Seed4P4 => {
                     let code = (self.codes[g / 2] >> (4 * (g % 2))) & 0xf;
-                    let scale = block_scale(bias + i32::from(code));
+                    let scale = block_scale(bias.saturating_add(i32::from(code)));
                     let q = [nibble(word, 0), nibble(word, 4), nibble(word, 8), nibble(word, 12)];
                     decode_block::<4>(self.seeds[g], q, scale, out);
                 }
