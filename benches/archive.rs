@@ -9,6 +9,9 @@
 //! Every step runs once as a warm-up (the source file is then in the page cache) and reports
 //! the median of the timed runs that follow.
 
+#[allow(dead_code)]
+mod common;
+
 use std::collections::HashMap;
 use std::fs::File;
 use std::hint::black_box;
@@ -244,7 +247,11 @@ fn main() {
         dir.display(),
         started.elapsed().as_secs_f64()
     );
-    println!("each step: one warm-up run (page cache warm), then the median of the timed runs\n");
+    println!(
+        "each step: one warm-up run (page cache warm), then the median of the timed runs; nnx's rayon pool: {} \
+         threads, the safetensors crate: 1 thread\n",
+        common::rayon_threads()
+    );
     let mut rows = Vec::new();
     let mut notes = Vec::new();
 

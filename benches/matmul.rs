@@ -2,11 +2,14 @@
 //! the throughput of a bf16-input matmul.
 //!
 //! `cargo bench --bench matmul`. numpy runs in a Python subprocess: `NNX_PYTHON` if set, else
-//! `$HOME/.cache/nnx/venv/bin/python` when it exists, else `python3`. Without Python or numpy
-//! its column reads "n/a".
+//! the virtual environment of `scripts/setup.sh` (under `NNX_CACHE`, default `~/.cache/nnx`)
+//! when it exists, else `python3`. Without Python or numpy its column reads "not run" and the
+//! reason is printed. Both sides print their thread counts (numpy's through `threadpoolctl`
+//! when installed).
+
+mod common;
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -36,6 +39,11 @@ except Exception:
     except Exception as error:
         info = "unknown (%s)" % error
 print("numpy %s, BLAS: %s" % (np.__version__, json.dumps(info)))
+try:
+    from threadpoolctl import threadpool_info
+    print("threads", ",".join(str(d["num_threads"]) for d in threadpool_info() if d.get("user_api") == "blas") or "unknown")
+except Exception:
+    print("threads unknown (threadpoolctl is not installed)")
 rng = np.random.default_rng(0)
 budget = float(sys.argv[1])
 for n in map(int, sys.argv[2:]):
@@ -75,23 +83,19 @@ fn measure(lhs: &Tensor, rhs: &Tensor, size: usize) -> f64 {
     2.0 * (size as f64).powi(3) / best.as_secs_f64() / 1e9
 }
 
-/// The Python to run numpy with.
-fn python() -> PathBuf {
-    if let Some(path) = std::env::var_os("NNX_PYTHON") {
-        return PathBuf::from(path);
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        let venv = PathBuf::from(home).join(".cache/nnx/venv/bin/python");
-        if venv.exists() {
-            return venv;
-        }
-    }
-    PathBuf::from("python3")
+/// What numpy measured, or why it did not run.
+struct Numpy {
+    /// numpy and its BLAS.
+    config: String,
+    /// The BLAS threads.
+    threads: String,
+    /// GFLOP/s by size.
+    results: Vec<(usize, f64)>,
 }
 
-/// numpy's GFLOP/s for each size, and a description of its BLAS; `None` without numpy.
-fn numpy() -> Option<(String, Vec<(usize, f64)>)> {
-    let python = python();
+/// numpy's GFLOP/s for each size, or why it did not run.
+fn numpy() -> Result<Numpy, String> {
+    let python = common::python();
     let mut command = Command::new(&python);
     command.arg("-c").arg(NUMPY_SCRIPT).arg(BUDGET.as_secs_f64().to_string());
     command.args(SIZES.iter().map(usize::to_string));
@@ -100,31 +104,27 @@ fn numpy() -> Option<(String, Vec<(usize, f64)>)> {
     command.env_remove("OPENBLAS_CORETYPE").env_remove("OPENBLAS_L2_SIZE");
     let output = match command.output() {
         Ok(output) => output,
-        Err(error) => {
-            eprintln!("numpy: cannot run {}: {error}", python.display());
-            return None;
-        }
+        Err(error) => return Err(format!("cannot run {}: {error}", python.display())),
     };
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        eprintln!("numpy: {} failed: {}", python.display(), stderr.lines().last().unwrap_or(""));
-        return None;
+        return Err(format!("{} failed: {}", python.display(), stderr.lines().last().unwrap_or("")));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut lines = stdout.lines();
-    let config = lines.next()?.to_string();
+    let config = lines.next().ok_or_else(|| format!("{} printed nothing", python.display()))?.to_string();
+    let threads = lines.next().and_then(|line| line.strip_prefix("threads ")).unwrap_or("unknown").to_string();
     let results = lines
         .filter_map(|line| {
             let (size, gflops) = line.split_once(' ')?;
             Some((size.parse().ok()?, gflops.trim().parse().ok()?))
         })
         .collect();
-    Some((format!("{config} (via {})", python.display()), results))
+    Ok(Numpy { config: format!("{config} (via {})", python.display()), threads, results })
 }
 
 fn main() {
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    println!("square matmul, f32, {threads} threads, best of {} s per case\n", BUDGET.as_secs());
+    println!("square matmul, f32, best of {} s per case\n", BUDGET.as_secs());
     let nnx: Vec<(usize, f64)> = SIZES
         .iter()
         .map(|&size| {
@@ -133,18 +133,23 @@ fn main() {
         })
         .collect();
     let numpy = numpy();
-    println!("| size | nnx GFLOP/s | numpy GFLOP/s |");
+    let numpy_threads = numpy.as_ref().map_or("-", |numpy| numpy.threads.as_str());
+    println!(
+        "| size | nnx GFLOP/s ({} rayon threads) | numpy GFLOP/s ({numpy_threads} BLAS threads) |",
+        common::rayon_threads()
+    );
     println!("|---:|---:|---:|");
     for &(size, gflops) in &nnx {
         let reference = numpy
             .as_ref()
-            .and_then(|(_, results)| results.iter().find(|(n, _)| *n == size))
-            .map_or_else(|| "n/a".to_string(), |(_, gflops)| format!("{gflops:.1}"));
+            .ok()
+            .and_then(|numpy| numpy.results.iter().find(|(n, _)| *n == size))
+            .map_or_else(|| "not run".to_string(), |(_, gflops)| format!("{gflops:.1}"));
         println!("| {size} | {gflops:.1} | {reference} |");
     }
     match &numpy {
-        Some((config, _)) => println!("\nnumpy: {config}"),
-        None => println!("\nnumpy: n/a (no Python with numpy found)"),
+        Ok(numpy) => println!("\nnumpy: {}", numpy.config),
+        Err(reason) => println!("\nnumpy: not run ({reason}); scripts/setup.sh installs it"),
     }
     let (lhs, rhs) = (matrix(BF16_SIZE, 1), matrix(BF16_SIZE, 2));
     let to_bf16 = |tensor: &Tensor| tensor.to_dtype(DType::BF16).expect("f32 casts to bf16");

@@ -1,13 +1,16 @@
 //! Quantization benchmark: nnx against MLX on its CPU backend, on a 4096 x 4096 f32 matrix,
 //! printed as a markdown table.
 //!
-//! Run with `cargo bench --bench quant`. MLX is timed by the Python of `NNX_PYTHON`, else of
-//! the virtual environment at `$HOME/.cache/nnx/venv` (install it with `pip install mlx
-//! mlx-cpu`); its column reads `n/a` when that Python or MLX is missing. Every step runs once
-//! as a warm-up and reports the median of the timed runs that follow.
+//! Run with `cargo bench --bench quant`. MLX is timed in the same run by the Python of
+//! `NNX_PYTHON`, else of the virtual environment of `scripts/setup.sh` (under `NNX_CACHE`,
+//! default `~/.cache/nnx`; install MLX there with `pip install mlx mlx-cpu`); its column reads
+//! `not run`, with the reason printed, when that Python or MLX is missing, and `n/a` for steps
+//! MLX has no counterpart of. Every step runs once as a warm-up and reports the median of the
+//! timed runs that follow.
+
+mod common;
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -48,11 +51,9 @@ fn ms(duration: Duration) -> String {
     format!("{:.2} ms", duration.as_secs_f64() * 1e3)
 }
 
-/// The MLX timings, in milliseconds by step name, or `None` when MLX cannot run.
-fn mlx() -> Option<serde_json::Value> {
-    let python = std::env::var_os("NNX_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/nnx/venv/bin/python")))?;
+/// The MLX timings, in milliseconds by step name, or why MLX did not run.
+fn mlx() -> Result<serde_json::Value, String> {
+    let python = common::python();
     let script = format!(
         r#"
 import json, time
@@ -79,21 +80,27 @@ for m in (1, 32):
     mx.eval(x)
     out[f"qmm{{m}}"] = med(lambda: mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=64, bits=4))
     out[f"mm{{m}}"] = med(lambda: x @ w.T)
+out["version"] = mx.__version__
 print(json.dumps(out))
 "#
     );
-    let output = Command::new(python).arg("-c").arg(script).output().ok()?;
+    let output = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .output()
+        .map_err(|error| format!("cannot run {}: {error}", python.display()))?;
     if !output.status.success() {
-        eprintln!("MLX timing failed: {}", String::from_utf8_lossy(&output.stderr).lines().last().unwrap_or(""));
-        return None;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(format!("{} failed: {}", python.display(), stderr.lines().last().unwrap_or("")));
     }
-    serde_json::from_slice(&output.stdout).ok()
+    serde_json::from_slice(&output.stdout).map_err(|error| format!("{} printed no result: {error}", python.display()))
 }
 
 fn main() {
     let mlx = mlx();
-    let mlx_ms = |key: &str| {
-        mlx.as_ref().and_then(|times| times[key].as_f64()).map_or("n/a".to_string(), |value| format!("{value:.2} ms"))
+    let mlx_ms = |key: &str| match &mlx {
+        Ok(times) => times[key].as_f64().map_or("n/a".to_string(), |value| format!("{value:.2} ms")),
+        Err(_) => "not run".to_string(),
     };
     let weight = Tensor::from_vec(values(SIZE * SIZE, 1), &[SIZE, SIZE]).unwrap();
     let spec = AffineSpec::new(4, 64).unwrap();
@@ -159,9 +166,17 @@ fn main() {
         ]);
     }
 
-    println!("| operation ({SIZE} x {SIZE}) | nnx | MLX (CPU) |");
+    println!("| operation ({SIZE} x {SIZE}) | nnx ({} rayon threads) | MLX (CPU) |", common::rayon_threads());
     println!("|---|---:|---:|");
     for [name, ours, theirs] in rows {
         println!("| {name} | {ours} | {theirs} |");
+    }
+    match &mlx {
+        Ok(times) => println!(
+            "\nMLX {} via {}; MLX does not report its CPU thread count",
+            times["version"].as_str().unwrap_or("?"),
+            common::python().display()
+        ),
+        Err(reason) => println!("\nMLX not run ({reason})"),
     }
 }

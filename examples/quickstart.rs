@@ -2,7 +2,8 @@
 //! load with its report, a strict load that refuses a wrong shape, and a round trip through a
 //! memory-mapped SafeTensors file.
 //!
-//! Run it with `cargo run --example quickstart`.
+//! Run it with `cargo run -p nnx-quickstart`, which builds nnx without its default features
+//! (kernels, models, command line), or with `cargo run --example quickstart`.
 
 use nnx::nn::{Embedding, Init, LayerNorm, Linear};
 use nnx::{Archive, DType, FlatStateDict, Module, Tensor, key_table};
@@ -29,18 +30,18 @@ struct TinyModel {
 impl TinyModel {
     fn new(vocab: usize, width: usize, layers: usize, init: Init) -> TinyModel {
         TinyModel {
-            embed: Embedding::new(vocab, width, DType::F32, init.fork(0)),
+            embed: Embedding::builder(vocab, width).init(init.at("embed")).build(),
             blocks: (0..layers)
                 .map(|layer| {
-                    let init = init.fork(1 + layer as u64);
+                    let init = init.at(&format!("blocks.{layer}"));
                     Block {
-                        norm: LayerNorm::new(width, true, 1e-5, DType::F32, init),
-                        up: Linear::new(width, 4 * width, true, DType::F32, init.fork(1)),
-                        down: Linear::new(4 * width, width, true, DType::F32, init.fork(2)),
+                        norm: LayerNorm::builder(width).init(init.at("norm")).build(),
+                        up: Linear::builder(width, 4 * width).init(init.at("up")).build(),
+                        down: Linear::builder(4 * width, width).init(init.at("down")).build(),
                     }
                 })
                 .collect(),
-            head: Some(Linear::new(width, vocab, false, DType::F32, init.fork(99))),
+            head: Some(Linear::builder(width, vocab).bias(false).init(init.at("head")).build()),
             width,
         }
     }

@@ -17,8 +17,8 @@
 //! }
 //!
 //! let mlp = Mlp {
-//!     fc1: Linear::new(4, 8, true, DType::F32, Init::Seeded(0)),
-//!     fc2: Linear::new(8, 2, true, DType::F32, Init::Seeded(1)),
+//!     fc1: Linear::builder(4, 8).init(Init::Seeded(0).at("fc1")).build(),
+//!     fc2: Linear::builder(8, 2).dtype(DType::F32).init(Init::Seeded(0).at("fc2")).build(),
 //!     hidden: 8,
 //! };
 //! let keys: Vec<_> = mlp.flat_state_dict().keys().map(str::to_string).collect();
@@ -26,13 +26,41 @@
 //! ```
 
 // The derive names `::nnx::...`; this lets the models below use it inside this crate.
+#[cfg(feature = "kernels")]
 extern crate self as nnx;
 
+#[cfg(feature = "kernels")]
 pub mod models;
 
-pub use nnx_core::*;
 pub use nnx_derive::Module;
-pub use nnx_io::*;
+
+// Tensors.
+pub use nnx_core::{DType, Element, Tensor, UnknownDType};
+
+// Modules: the trait, its walk, and what the walk reports.
+pub use nnx_core::{
+    FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, PathStep, Split, TensorSlot, Visitor, VisitorMut,
+    for_each_entry, for_each_entry_mut,
+};
+
+// State dicts and loads.
+pub use nnx_core::{
+    FlatStateDict, LoadError, LoadOptions, LoadReport, Problem, StateDict, StateNode, TensorSpec, describe_import,
+    key_table, module_specs,
+};
+
+// Layers and quantized encodings.
+pub use nnx_core::{nn, quant};
+
+// Archives, saves and imports.
+pub use nnx_io::{
+    Archive, ConfigRule, EntryInfo, EntryLocation, FileKind, HeaderProblem, HookContext, ImportError, ImportHook,
+    ImportOptions, ImportPlan, ImportProblem, ImportReport, PAGE_BYTES, SaveOptions, TensorParallel, quantized, sniff,
+};
+
+// What errors report, for programs that match on them.
+pub use nnx_core::{ConcatProblem, DidYouMean, HookError, LoadAction, OpChain, ProblemKind, ProblemSource, SourceOp};
+pub use nnx_io::{ConfigProblem, ExportProblem, IndexProblem, ShardProblem, UnsavableProblem};
 
 /// The error of tensor operations alone; [`Error`] wraps it, so `?` converts.
 pub use nnx_core::Error as TensorError;
@@ -40,6 +68,13 @@ pub use nnx_core::Error as TensorError;
 pub use nnx_io::Error;
 /// `Result` with [`Error`].
 pub use nnx_io::Result;
+
+/// The former names of renamed items, kept so that existing code compiles.
+#[allow(deprecated)]
+pub use nnx_core::{Entry, Field, Op, Step};
+
+#[doc(hidden)]
+pub use nnx_core::__private;
 
 /// The names most programs need: `use nnx::prelude::*;`.
 pub mod prelude {

@@ -45,9 +45,10 @@ pub struct Split {
     pub index: usize,
 }
 
-/// A field of a module as the derive records it: static data, visible to every visitor.
+/// A field of a module as the derive records it (its name, path segment and import rule):
+/// static data, visible to every visitor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Field {
+pub struct FieldInfo {
     /// The Rust field name (or index, for tuple structs).
     pub ident: &'static str,
     /// The path segment: the field name, or its `rename`.
@@ -56,11 +57,11 @@ pub struct Field {
     pub rule: ImportRule,
 }
 
-/// One step down the module tree.
+/// One step down the module tree, as the walk reports it to a [`Visitor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum PathStep {
     /// Into a named (or tuple) field.
-    Field(&'static Field),
+    Field(&'static FieldInfo),
     /// Into element `i` of a `Vec` or array.
     Index(usize),
 }
@@ -68,7 +69,7 @@ pub enum Step {
 /// Receives a shared walk: `enter` and `leave` bracket each step, `tensor` each tensor.
 pub trait Visitor {
     /// Going one step down.
-    fn enter(&mut self, step: Step);
+    fn enter(&mut self, step: PathStep);
     /// A tensor at the current path.
     fn tensor(&mut self, tensor: &Tensor);
     /// Coming back up from the last `enter`.
@@ -78,7 +79,7 @@ pub trait Visitor {
 /// Receives a mutable walk; see [`Visitor`].
 pub trait VisitorMut {
     /// Going one step down.
-    fn enter(&mut self, step: Step);
+    fn enter(&mut self, step: PathStep);
     /// A tensor at the current path, which the visitor may replace.
     fn tensor(&mut self, tensor: &mut Tensor);
     /// Coming back up from the last `enter`.
@@ -184,7 +185,7 @@ impl Module for Tensor {
 /// Walks a sequence, each element under its index.
 fn walk_items<'a, M: Module + 'a>(items: impl Iterator<Item = &'a M>, visitor: &mut dyn Visitor) {
     for (index, item) in items.enumerate() {
-        visitor.enter(Step::Index(index));
+        visitor.enter(PathStep::Index(index));
         item.walk(visitor);
         visitor.leave();
     }
@@ -193,7 +194,7 @@ fn walk_items<'a, M: Module + 'a>(items: impl Iterator<Item = &'a M>, visitor: &
 /// Walks a sequence mutably, each element under its index.
 fn walk_items_mut<'a, M: Module + 'a>(items: impl Iterator<Item = &'a mut M>, visitor: &mut dyn VisitorMut) {
     for (index, item) in items.enumerate() {
-        visitor.enter(Step::Index(index));
+        visitor.enter(PathStep::Index(index));
         item.walk_mut(visitor);
         visitor.leave();
     }
@@ -274,23 +275,24 @@ impl<M: HoldsTensors + ?Sized> HoldsTensors for Box<M> {}
 
 /// One import operation on the way from a source entry to a model tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub enum ImportOp {
     /// Keep piece `index` of `parts` along `axis`.
     Split(Split),
     /// Swap the last two axes (rank-2+ tensors only).
     Transpose,
 }
 
-/// What the walk knows about one tensor: its model path and everything its import rules say.
+/// What the walk knows about one tensor's place in the model: its model path, its source path
+/// and everything its import rules say.
 #[derive(Debug, Clone, Copy)]
-pub struct Entry<'a> {
+pub struct TensorSlot<'a> {
     /// The model path, e.g. `h.0.attn.q.weight`.
     pub name: &'a str,
     /// The source path for import, e.g. `h.0.attn.c_attn.weight`.
     pub source: &'a str,
     /// Import operations from the source entry to this tensor, outermost field first
     /// (within a field: split, then transpose).
-    pub ops: &'a [Op],
+    pub ops: &'a [ImportOp],
     /// Whether some enclosing field is `optional`.
     pub optional: bool,
     /// The dtype required by the innermost enclosing `dtype` attribute.
@@ -311,14 +313,14 @@ struct Frame {
 }
 
 /// Tracks model path, source path and import rules through `enter`/`leave`, so visitors deal
-/// in [`Entry`] values instead of steps.
+/// in [`TensorSlot`] values instead of steps.
 #[derive(Default)]
 struct PathTracker {
     name: String,
     source: String,
     tie: String,
     tied: bool,
-    ops: Vec<Op>,
+    ops: Vec<ImportOp>,
     optional: bool,
     dtype: Option<DType>,
     frames: Vec<Frame>,
@@ -332,7 +334,7 @@ fn push_segment(path: &mut String, segment: &str) {
 }
 
 impl PathTracker {
-    fn enter(&mut self, step: Step) {
+    fn enter(&mut self, step: PathStep) {
         self.frames.push(Frame {
             name_len: self.name.len(),
             source_len: self.source.len(),
@@ -343,7 +345,7 @@ impl PathTracker {
             tied: self.tied,
         });
         match step {
-            Step::Index(index) => {
+            PathStep::Index(index) => {
                 let index = index.to_string();
                 push_segment(&mut self.name, &index);
                 push_segment(&mut self.source, &index);
@@ -351,7 +353,7 @@ impl PathTracker {
                     push_segment(&mut self.tie, &index);
                 }
             }
-            Step::Field(field) => {
+            PathStep::Field(field) => {
                 push_segment(&mut self.name, field.segment);
                 push_segment(&mut self.source, field.rule.from.unwrap_or(field.segment));
                 if self.tied {
@@ -364,10 +366,10 @@ impl PathTracker {
                     self.tie.push_str(target);
                 }
                 if let Some(split) = rule.split {
-                    self.ops.push(Op::Split(split));
+                    self.ops.push(ImportOp::Split(split));
                 }
                 if rule.transpose {
-                    self.ops.push(Op::Transpose);
+                    self.ops.push(ImportOp::Transpose);
                 }
                 self.optional |= rule.optional;
                 if rule.dtype.is_some() {
@@ -390,8 +392,8 @@ impl PathTracker {
         }
     }
 
-    fn entry(&self) -> Entry<'_> {
-        Entry {
+    fn slot(&self) -> TensorSlot<'_> {
+        TensorSlot {
             name: &self.name,
             source: &self.source,
             ops: &self.ops,
@@ -402,18 +404,18 @@ impl PathTracker {
     }
 }
 
-struct EntryVisitor<F> {
+struct SlotVisitor<F> {
     tracker: PathTracker,
     f: F,
 }
 
-impl<F: FnMut(Entry<'_>, &Tensor)> Visitor for EntryVisitor<F> {
-    fn enter(&mut self, step: Step) {
+impl<F: FnMut(TensorSlot<'_>, &Tensor)> Visitor for SlotVisitor<F> {
+    fn enter(&mut self, step: PathStep) {
         self.tracker.enter(step);
     }
 
     fn tensor(&mut self, tensor: &Tensor) {
-        (self.f)(self.tracker.entry(), tensor);
+        (self.f)(self.tracker.slot(), tensor);
     }
 
     fn leave(&mut self) {
@@ -421,13 +423,13 @@ impl<F: FnMut(Entry<'_>, &Tensor)> Visitor for EntryVisitor<F> {
     }
 }
 
-impl<F: FnMut(Entry<'_>, &mut Tensor)> VisitorMut for EntryVisitor<F> {
-    fn enter(&mut self, step: Step) {
+impl<F: FnMut(TensorSlot<'_>, &mut Tensor)> VisitorMut for SlotVisitor<F> {
+    fn enter(&mut self, step: PathStep) {
         self.tracker.enter(step);
     }
 
     fn tensor(&mut self, tensor: &mut Tensor) {
-        (self.f)(self.tracker.entry(), tensor);
+        (self.f)(self.tracker.slot(), tensor);
     }
 
     fn leave(&mut self) {
@@ -435,24 +437,39 @@ impl<F: FnMut(Entry<'_>, &mut Tensor)> VisitorMut for EntryVisitor<F> {
     }
 }
 
-/// Calls `f` with the [`Entry`] and tensor of every tensor of `module`, in walk order.
+/// Calls `f` with the [`TensorSlot`] and tensor of every tensor of `module`, in walk order.
 ///
 /// # Examples
 /// ```
-/// use nnx_core::{for_each_entry, nn::{Init, Linear}, DType};
-/// let layer = Linear::new(4, 2, true, DType::F32, Init::Meta);
+/// use nnx_core::{for_each_entry, nn::Linear};
+/// let layer = Linear::builder(4, 2).build();
 /// let mut names = Vec::new();
 /// for_each_entry(&layer, |entry, _| names.push(entry.name.to_string()));
 /// assert_eq!(names, ["weight", "bias"]);
 /// ```
-pub fn for_each_entry<M: Module + ?Sized>(module: &M, f: impl FnMut(Entry<'_>, &Tensor)) {
-    module.walk(&mut EntryVisitor { tracker: PathTracker::default(), f });
+pub fn for_each_entry<M: Module + ?Sized>(module: &M, f: impl FnMut(TensorSlot<'_>, &Tensor)) {
+    module.walk(&mut SlotVisitor { tracker: PathTracker::default(), f });
 }
 
-/// Calls `f` with the [`Entry`] and a mutable tensor of every tensor of `module`, in walk order.
-pub fn for_each_entry_mut<M: Module + ?Sized>(module: &mut M, f: impl FnMut(Entry<'_>, &mut Tensor)) {
-    module.walk_mut(&mut EntryVisitor { tracker: PathTracker::default(), f });
+/// Calls `f` with the [`TensorSlot`] and a mutable tensor of every tensor of `module`, in walk order.
+pub fn for_each_entry_mut<M: Module + ?Sized>(module: &mut M, f: impl FnMut(TensorSlot<'_>, &mut Tensor)) {
+    module.walk_mut(&mut SlotVisitor { tracker: PathTracker::default(), f });
 }
+
+/// The former name of [`TensorSlot`].
+#[deprecated(note = "renamed to `TensorSlot`")]
+pub type Entry<'a> = TensorSlot<'a>;
+
+/// The former name of [`FieldInfo`].
+#[deprecated(note = "renamed to `FieldInfo`")]
+pub type Field = FieldInfo;
+
+/// The former name of [`PathStep`].
+#[deprecated(note = "renamed to `PathStep`")]
+pub type Step = PathStep;
+
+/// The former name of [`ImportOp`], kept while code still names it.
+pub type Op = ImportOp;
 
 #[cfg(test)]
 mod tests {

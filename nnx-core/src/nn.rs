@@ -1,8 +1,27 @@
 //! Layers with PyTorch names and layouts: `Linear` (`weight` `[out, in]`, `bias`),
-//! `Embedding`, `LayerNorm` and `RmsNorm`, each buildable as meta, zeros or seeded random.
+//! `Embedding`, `LayerNorm` and `RmsNorm`, each built with a builder as meta, zeros or seeded
+//! random tensors.
+//!
+//! # Seeds
+//!
+//! Under [`Init::Seeded`]`(seed)` every tensor draws from its own generator, seeded by
+//! [`path_seed`]`(seed, path)` where `path` is the tensor's path in the model
+//! (`h.0.attn.q.weight`). A layer knows the last segment (`weight`, `bias`); the model tells it
+//! the rest with [`Init::at`], using the same path segments as the state dict:
+//!
+//! ```
+//! use nnx_core::nn::{Init, Linear};
+//!
+//! let init = Init::Seeded(7);
+//! let q = Linear::builder(4, 4).init(init.at("attn.q")).build();
+//! let k = Linear::builder(4, 4).init(init.at("attn.k")).build();
+//! assert_ne!(q.weight.to_vec::<f32>()?, k.weight.to_vec::<f32>()?);
+//! # Ok::<(), nnx_core::Error>(())
+//! ```
 
-use crate::module::{Field, ImportRule, Module, Step, Visitor, VisitorMut};
-use crate::{DType, HoldsTensors, Tensor};
+use nnx_derive::Module;
+
+use crate::{DType, Tensor};
 
 /// How a layer's tensors are created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -11,19 +30,53 @@ pub enum Init {
     Meta,
     /// Every element zero.
     Zeros,
-    /// PyTorch's default initialisation, from a deterministic generator seeded with the value.
+    /// PyTorch's default initialisation, from deterministic generators: each tensor's generator
+    /// is seeded by [`path_seed`] from this seed and the tensor's path.
     Seeded(u64),
 }
 
 impl Init {
-    /// A different but reproducible seed for a sub-part (layer `salt` of a model): meta and
-    /// zeros are unchanged.
+    /// The initialisation of the part at `path` (dotted, relative to where `self` applies):
+    /// a seeded init moves its seed down the path, as [`path_seed`] does; meta and zeros are
+    /// unchanged. `init.at("a").at("b")` is `init.at("a.b")`.
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::nn::{Init, path_seed};
+    /// assert_eq!(Init::Seeded(3).at("h.0").at("mlp"), Init::Seeded(path_seed(3, "h.0.mlp")));
+    /// assert_eq!(Init::Meta.at("h.0"), Init::Meta);
+    /// ```
+    #[must_use]
+    pub fn at(self, path: &str) -> Init {
+        match self {
+            Init::Seeded(seed) => Init::Seeded(path_seed(seed, path)),
+            other => other,
+        }
+    }
+
+    /// A different but reproducible seed for a sub-part numbered `salt`: meta and zeros are
+    /// unchanged. Prefer [`Init::at`], which needs no numbering.
+    #[deprecated(note = "use `Init::at` with the part's path, which needs no hand-picked salt")]
+    #[must_use]
     pub fn fork(self, salt: u64) -> Init {
         match self {
             Init::Seeded(seed) => Init::Seeded(splitmix(seed ^ splitmix(salt.wrapping_add(0x5851_f42d_4c95_7f2d)))),
             other => other,
         }
     }
+}
+
+/// The seed of the tensor at `path` (a dotted model path such as `h.0.attn.q.weight`) under
+/// [`Init::Seeded`]`(seed)`: each segment, in order, is hashed (64-bit FNV-1a) and mixed into the
+/// seed (SplitMix64). Empty segments are ignored, so `path_seed(s, "a.b")` is
+/// `path_seed(path_seed(s, "a"), "b")` and `path_seed(s, "")` is `s`.
+pub fn path_seed(seed: u64, path: &str) -> u64 {
+    path.split('.').filter(|segment| !segment.is_empty()).fold(seed, |seed, segment| {
+        let hash = segment
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3));
+        splitmix(seed ^ hash)
+    })
 }
 
 fn splitmix(mut state: u64) -> u64 {
@@ -50,12 +103,13 @@ impl Rng {
     }
 }
 
-/// Values from `value(rng)` as a tensor of `dtype`.
+/// The tensor `name` of a layer, with values from `value(rng)` when seeded.
 ///
 /// # Panics
-/// When `dtype` is not f16, bf16, f32 or f64: random weights need a float dtype.
-fn filled(dtype: DType, shape: &[usize], init: Init, mut value: impl FnMut(&mut Rng) -> f32) -> Tensor {
-    match init {
+/// When `init` is seeded and `dtype` is not f16, bf16, f32 or f64: random weights need a float
+/// dtype.
+fn filled(name: &str, dtype: DType, shape: &[usize], init: Init, mut value: impl FnMut(&mut Rng) -> f32) -> Tensor {
+    match init.at(name) {
         Init::Meta => Tensor::meta(dtype, shape),
         Init::Zeros => Tensor::zeros(dtype, shape),
         Init::Seeded(seed) => {
@@ -70,48 +124,28 @@ fn filled(dtype: DType, shape: &[usize], init: Init, mut value: impl FnMut(&mut 
     }
 }
 
+/// A tensor of one value (zeros or metadata when `init` says so).
 fn constant(dtype: DType, shape: &[usize], init: Init, value: f32) -> Tensor {
-    filled(dtype, shape, init, |_| value)
-}
-
-const WEIGHT: Field = Field { ident: "weight", segment: "weight", rule: ImportRule::NONE };
-const BIAS: Field = Field { ident: "bias", segment: "bias", rule: ImportRule::NONE };
-
-/// Walks `weight` and an optional `bias`, the state of every layer here.
-macro_rules! weight_and_bias {
-    ($layer:ty, $bias:ident) => {
-        #[diagnostic::do_not_recommend]
-        impl Module for $layer {
-            fn walk(&self, visitor: &mut dyn Visitor) {
-                visitor.enter(Step::Field(&WEIGHT));
-                self.weight.walk(visitor);
-                visitor.leave();
-                weight_and_bias!(@bias self, visitor, walk, $bias);
-            }
-
-            fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
-                visitor.enter(Step::Field(&WEIGHT));
-                self.weight.walk_mut(visitor);
-                visitor.leave();
-                weight_and_bias!(@bias self, visitor, walk_mut, $bias);
-            }
-        }
-
-        #[diagnostic::do_not_recommend]
-        impl HoldsTensors for $layer {}
-    };
-    (@bias $self:ident, $visitor:ident, $walk:ident, bias) => {
-        if $self.bias.is_some() {
-            $visitor.enter(Step::Field(&BIAS));
-            $self.bias.$walk($visitor);
-            $visitor.leave();
-        }
-    };
-    (@bias $self:ident, $visitor:ident, $walk:ident, no_bias) => {};
+    match init {
+        Init::Meta => Tensor::meta(dtype, shape),
+        Init::Zeros => Tensor::zeros(dtype, shape),
+        Init::Seeded(_) => filled("", dtype, shape, init, |_| value),
+    }
 }
 
 /// `y = x W^T + b`, with `weight` stored `[out_features, in_features]` as in PyTorch.
-#[derive(Clone, Debug)]
+///
+/// # Examples
+/// ```
+/// use nnx_core::nn::{Init, Linear};
+/// use nnx_core::DType;
+///
+/// let layer = Linear::builder(4, 16).bias(false).dtype(DType::BF16).init(Init::Seeded(0)).build();
+/// assert_eq!(layer.weight.shape(), [16, 4]);
+/// assert!(layer.bias.is_none());
+/// ```
+#[derive(Clone, Debug, Module)]
+#[nnx(crate = "crate")]
 pub struct Linear {
     /// `[out_features, in_features]`.
     pub weight: Tensor,
@@ -119,19 +153,64 @@ pub struct Linear {
     pub bias: Option<Tensor>,
 }
 
+/// Builds a [`Linear`]: with a bias, in f32, zero-initialised, unless told otherwise.
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct LinearBuilder {
+    in_features: usize,
+    out_features: usize,
+    bias: bool,
+    dtype: DType,
+    init: Init,
+}
+
+impl LinearBuilder {
+    /// Whether the layer has a bias (default: yes).
+    pub fn bias(mut self, bias: bool) -> Self {
+        self.bias = bias;
+        self
+    }
+
+    /// The dtype of its tensors (default: f32).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// How its tensors are created (default: [`Init::Zeros`]). Seeded weight and bias are
+    /// uniform in `±1/sqrt(in_features)`, as PyTorch draws them.
+    pub fn init(mut self, init: Init) -> Self {
+        self.init = init;
+        self
+    }
+
+    /// The layer.
+    ///
+    /// # Panics
+    /// When the init is [`Init::Seeded`] and the dtype is not a float dtype.
+    pub fn build(self) -> Linear {
+        let LinearBuilder { in_features, out_features, bias, dtype, init } = self;
+        let bound = 1.0 / (in_features.max(1) as f32).sqrt();
+        let uniform = move |rng: &mut Rng| (rng.unit() * 2.0 - 1.0) * bound;
+        Linear {
+            weight: filled("weight", dtype, &[out_features, in_features], init, uniform),
+            bias: bias.then(|| filled("bias", dtype, &[out_features], init, uniform)),
+        }
+    }
+}
+
 impl Linear {
-    /// A layer from `in_features` to `out_features`; seeded weights and bias are uniform in
-    /// `±1/sqrt(in_features)` as PyTorch draws them.
+    /// A builder for a layer from `in_features` to `out_features`.
+    pub fn builder(in_features: usize, out_features: usize) -> LinearBuilder {
+        LinearBuilder { in_features, out_features, bias: true, dtype: DType::F32, init: Init::Zeros }
+    }
+
+    /// Shorthand for [`Linear::builder`] with every option given.
     ///
     /// # Panics
     /// When `init` is [`Init::Seeded`] and `dtype` is not a float dtype.
     pub fn new(in_features: usize, out_features: usize, bias: bool, dtype: DType, init: Init) -> Linear {
-        let bound = 1.0 / (in_features.max(1) as f32).sqrt();
-        let uniform = move |rng: &mut Rng| (rng.unit() * 2.0 - 1.0) * bound;
-        Linear {
-            weight: filled(dtype, &[out_features, in_features], init, uniform),
-            bias: bias.then(|| filled(dtype, &[out_features], init.fork(1), uniform)),
-        }
+        Linear::builder(in_features, out_features).bias(bias).dtype(dtype).init(init).build()
     }
 
     /// The input width.
@@ -145,47 +224,122 @@ impl Linear {
     }
 }
 
-weight_and_bias!(Linear, bias);
-
 /// A lookup table of `num_embeddings` rows of width `embedding_dim`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
+#[nnx(crate = "crate")]
 pub struct Embedding {
     /// `[num_embeddings, embedding_dim]`.
     pub weight: Tensor,
 }
 
-impl Embedding {
-    /// A table; seeded rows are standard normal as in PyTorch.
+/// Builds an [`Embedding`]: in f32, zero-initialised, unless told otherwise.
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct EmbeddingBuilder {
+    num_embeddings: usize,
+    embedding_dim: usize,
+    dtype: DType,
+    init: Init,
+}
+
+impl EmbeddingBuilder {
+    /// The dtype of the table (default: f32).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// How the table is created (default: [`Init::Zeros`]). Seeded rows are standard normal,
+    /// as in PyTorch.
+    pub fn init(mut self, init: Init) -> Self {
+        self.init = init;
+        self
+    }
+
+    /// The table.
     ///
     /// # Panics
-    /// When `init` is [`Init::Seeded`] and `dtype` is not a float dtype.
-    pub fn new(num_embeddings: usize, embedding_dim: usize, dtype: DType, init: Init) -> Embedding {
+    /// When the init is [`Init::Seeded`] and the dtype is not a float dtype.
+    pub fn build(self) -> Embedding {
         let normal = |rng: &mut Rng| {
             // Box-Muller; `1 - unit` is in (0, 1], so the logarithm is finite.
             let radius = (-2.0 * (1.0 - rng.unit()).ln()).sqrt();
             radius * (std::f32::consts::TAU * rng.unit()).cos()
         };
-        Embedding { weight: filled(dtype, &[num_embeddings, embedding_dim], init, normal) }
+        let shape = [self.num_embeddings, self.embedding_dim];
+        Embedding { weight: filled("weight", self.dtype, &shape, self.init, normal) }
     }
 }
 
-weight_and_bias!(Embedding, no_bias);
+impl Embedding {
+    /// A builder for a table of `num_embeddings` rows of width `embedding_dim`.
+    pub fn builder(num_embeddings: usize, embedding_dim: usize) -> EmbeddingBuilder {
+        EmbeddingBuilder { num_embeddings, embedding_dim, dtype: DType::F32, init: Init::Zeros }
+    }
+
+    /// Shorthand for [`Embedding::builder`] with every option given.
+    ///
+    /// # Panics
+    /// When `init` is [`Init::Seeded`] and `dtype` is not a float dtype.
+    pub fn new(num_embeddings: usize, embedding_dim: usize, dtype: DType, init: Init) -> Embedding {
+        Embedding::builder(num_embeddings, embedding_dim).dtype(dtype).init(init).build()
+    }
+}
 
 /// Layer normalisation over the last axis with a learned scale (`weight`) and shift (`bias`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
+#[nnx(crate = "crate")]
 pub struct LayerNorm {
     /// `[dim]`, ones when initialised.
     pub weight: Tensor,
     /// `[dim]`, zeros when initialised, when the layer has a bias.
     pub bias: Option<Tensor>,
     /// Added to the variance before the square root.
+    #[nnx(skip)]
     pub eps: f32,
 }
 
-impl LayerNorm {
-    /// A norm over `dim` features; seeded initialisation gives weight ones and bias zeros as
-    /// in PyTorch.
-    pub fn new(dim: usize, bias: bool, eps: f32, dtype: DType, init: Init) -> LayerNorm {
+/// Builds a [`LayerNorm`]: with a bias, `eps` 1e-5, in f32, zero-initialised, unless told
+/// otherwise.
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct LayerNormBuilder {
+    dim: usize,
+    bias: bool,
+    eps: f32,
+    dtype: DType,
+    init: Init,
+}
+
+impl LayerNormBuilder {
+    /// Whether the norm has a bias (default: yes).
+    pub fn bias(mut self, bias: bool) -> Self {
+        self.bias = bias;
+        self
+    }
+
+    /// Added to the variance before the square root (default: 1e-5, as in PyTorch).
+    pub fn eps(mut self, eps: f32) -> Self {
+        self.eps = eps;
+        self
+    }
+
+    /// The dtype of its tensors (default: f32).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// How its tensors are created (default: [`Init::Zeros`]). Seeded initialisation gives
+    /// weight ones and bias zeros, as in PyTorch.
+    pub fn init(mut self, init: Init) -> Self {
+        self.init = init;
+        self
+    }
+
+    /// The norm.
+    pub fn build(self) -> LayerNorm {
+        let LayerNormBuilder { dim, bias, eps, dtype, init } = self;
         LayerNorm {
             weight: constant(dtype, &[dim], init, 1.0),
             bias: bias.then(|| constant(dtype, &[dim], init, 0.0)),
@@ -194,57 +348,136 @@ impl LayerNorm {
     }
 }
 
-weight_and_bias!(LayerNorm, bias);
+impl LayerNorm {
+    /// A builder for a norm over `dim` features.
+    pub fn builder(dim: usize) -> LayerNormBuilder {
+        LayerNormBuilder { dim, bias: true, eps: 1e-5, dtype: DType::F32, init: Init::Zeros }
+    }
+
+    /// Shorthand for [`LayerNorm::builder`] with every option given.
+    pub fn new(dim: usize, bias: bool, eps: f32, dtype: DType, init: Init) -> LayerNorm {
+        LayerNorm::builder(dim).bias(bias).eps(eps).dtype(dtype).init(init).build()
+    }
+}
 
 /// Root-mean-square normalisation over the last axis with a learned scale (`weight`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
+#[nnx(crate = "crate")]
 pub struct RmsNorm {
     /// `[dim]`, ones when initialised.
     pub weight: Tensor,
     /// Added to the mean square before the square root.
+    #[nnx(skip)]
     pub eps: f32,
 }
 
-impl RmsNorm {
-    /// A norm over `dim` features; seeded initialisation gives weight ones.
-    pub fn new(dim: usize, eps: f32, dtype: DType, init: Init) -> RmsNorm {
-        RmsNorm { weight: constant(dtype, &[dim], init, 1.0), eps }
+/// Builds an [`RmsNorm`]: `eps` 1e-6, in f32, zero-initialised, unless told otherwise.
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RmsNormBuilder {
+    dim: usize,
+    eps: f32,
+    dtype: DType,
+    init: Init,
+}
+
+impl RmsNormBuilder {
+    /// Added to the mean square before the square root (default: 1e-6).
+    pub fn eps(mut self, eps: f32) -> Self {
+        self.eps = eps;
+        self
+    }
+
+    /// The dtype of its weight (default: f32).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// How its weight is created (default: [`Init::Zeros`]). Seeded initialisation gives ones.
+    pub fn init(mut self, init: Init) -> Self {
+        self.init = init;
+        self
+    }
+
+    /// The norm.
+    pub fn build(self) -> RmsNorm {
+        RmsNorm { weight: constant(self.dtype, &[self.dim], self.init, 1.0), eps: self.eps }
     }
 }
 
-weight_and_bias!(RmsNorm, no_bias);
+impl RmsNorm {
+    /// A builder for a norm over `dim` features.
+    pub fn builder(dim: usize) -> RmsNormBuilder {
+        RmsNormBuilder { dim, eps: 1e-6, dtype: DType::F32, init: Init::Zeros }
+    }
+
+    /// Shorthand for [`RmsNorm::builder`] with every option given.
+    pub fn new(dim: usize, eps: f32, dtype: DType, init: Init) -> RmsNorm {
+        RmsNorm::builder(dim).eps(eps).dtype(dtype).init(init).build()
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Module as _;
+
+    #[test]
+    fn seeds_follow_the_path() {
+        assert_eq!(path_seed(5, ""), 5);
+        assert_eq!(path_seed(5, "a.b"), path_seed(path_seed(5, "a"), "b"));
+        assert_eq!(Init::Seeded(5).at("a").at("b.c"), Init::Seeded(path_seed(5, "a.b.c")));
+        assert_ne!(path_seed(5, "a.b"), path_seed(5, "b.a"));
+        assert_ne!(path_seed(5, "q"), path_seed(5, "k"));
+        let init = Init::Seeded(1);
+        let q = Linear::builder(4, 4).init(init.at("q")).build();
+        let k = Linear::builder(4, 4).init(init.at("k")).build();
+        assert_ne!(q.weight.to_vec::<f32>().unwrap(), k.weight.to_vec::<f32>().unwrap());
+        let again = Linear::builder(4, 4).init(Init::Seeded(path_seed(1, "q"))).build();
+        assert_eq!(q.weight.to_vec::<f32>().unwrap(), again.weight.to_vec::<f32>().unwrap());
+    }
+
+    #[test]
+    fn builders_default_and_walk() {
+        let layer = Linear::builder(3, 2).build();
+        assert_eq!(layer.weight.dtype(), DType::F32);
+        assert_eq!(layer.weight.to_vec::<f32>().unwrap(), [0.0; 6]);
+        let names: Vec<String> = layer.flat_state_dict().keys().map(str::to_string).collect();
+        assert_eq!(names, ["weight", "bias"]);
+        let norm = LayerNorm::builder(3).bias(false).eps(1e-6).dtype(DType::BF16).init(Init::Meta).build();
+        assert!(norm.weight.is_meta() && norm.bias.is_none());
+        assert_eq!((norm.eps, norm.weight.dtype()), (1e-6, DType::BF16));
+    }
 
     #[test]
     fn seeded_init_is_reproducible_and_bounded() {
-        let a = Linear::new(16, 4, true, DType::F32, Init::Seeded(7));
-        let b = Linear::new(16, 4, true, DType::F32, Init::Seeded(7));
+        let a = Linear::builder(16, 4).init(Init::Seeded(7)).build();
+        let b = Linear::builder(16, 4).init(Init::Seeded(7)).build();
         let values = a.weight.to_vec::<f32>().unwrap();
         assert_eq!(values, b.weight.to_vec::<f32>().unwrap());
         assert!(values.iter().all(|v| v.abs() <= 0.25));
         assert_ne!(values[..4], a.bias.unwrap().to_vec::<f32>().unwrap()[..]);
-        let c = Linear::new(16, 4, true, DType::F32, Init::Seeded(8));
+        let c = Linear::builder(16, 4).init(Init::Seeded(8)).build();
         assert_ne!(values, c.weight.to_vec::<f32>().unwrap());
     }
 
     #[test]
     fn meta_layers_allocate_nothing() {
-        let layer = Embedding::new(50_000, 4096, DType::BF16, Init::Meta);
+        let layer = Embedding::builder(50_000, 4096).dtype(DType::BF16).init(Init::Meta).build();
         assert!(layer.weight.is_meta());
         assert_eq!(layer.weight.shape(), &[50_000, 4096]);
     }
 
     #[test]
     fn norms_start_at_identity() {
-        let norm = LayerNorm::new(3, true, 1e-5, DType::F32, Init::Seeded(1));
+        let norm = LayerNorm::builder(3).init(Init::Seeded(1)).build();
         assert_eq!(norm.weight.to_vec::<f32>().unwrap(), [1.0; 3]);
         assert_eq!(norm.bias.unwrap().to_vec::<f32>().unwrap(), [0.0; 3]);
     }
 }
 
+#[cfg(feature = "kernels")]
 impl Linear {
     /// `x · weightᵀ + bias` for `x` `[.., in_features]`, giving `[.., out_features]` in f32.
     ///
@@ -255,7 +488,7 @@ impl Linear {
     /// ```
     /// use nnx_core::nn::{Init, Linear};
     /// use nnx_core::{DType, Tensor};
-    /// let layer = Linear::new(4, 2, true, DType::F32, Init::Zeros);
+    /// let layer = Linear::builder(4, 2).build();
     /// let y = layer.forward(&Tensor::zeros(DType::F32, &[3, 4]))?;
     /// assert_eq!(y.shape(), [3, 2]);
     /// # Ok::<(), nnx_core::Error>(())
@@ -265,6 +498,7 @@ impl Linear {
     }
 }
 
+#[cfg(feature = "kernels")]
 impl Embedding {
     /// The rows `ids` of the table, as `[ids.len(), embedding_dim]` in f32.
     ///
@@ -275,6 +509,7 @@ impl Embedding {
     }
 }
 
+#[cfg(feature = "kernels")]
 impl LayerNorm {
     /// Layer normalisation of `x` over its last axis with this layer's weight, bias and eps.
     ///
@@ -285,6 +520,7 @@ impl LayerNorm {
     }
 }
 
+#[cfg(feature = "kernels")]
 impl RmsNorm {
     /// RMS normalisation of `x` over its last axis with this layer's weight and eps.
     ///
@@ -295,13 +531,14 @@ impl RmsNorm {
     }
 }
 
+#[cfg(feature = "kernels")]
 #[cfg(test)]
 mod forward_tests {
     use super::*;
 
     #[test]
     fn layers_forward() {
-        let linear = Linear::new(3, 2, true, DType::F32, Init::Seeded(3));
+        let linear = Linear::builder(3, 2).init(Init::Seeded(3)).build();
         let x = Tensor::from_vec(vec![1.0f32, -1.0, 2.0, 0.5, 0.0, 1.0], &[2, 3]).unwrap();
         let w = linear.weight.to_vec::<f32>().unwrap();
         let b = linear.bias.as_ref().unwrap().to_vec::<f32>().unwrap();
@@ -313,12 +550,12 @@ mod forward_tests {
                 assert!((y[row * 2 + out] - expected).abs() < 1e-6);
             }
         }
-        let embedding = Embedding::new(5, 3, DType::BF16, Init::Seeded(4));
+        let embedding = Embedding::builder(5, 3).dtype(DType::BF16).init(Init::Seeded(4)).build();
         assert_eq!(embedding.forward(&[4, 1]).unwrap().shape(), [2, 3]);
-        let norm = LayerNorm::new(3, true, 1e-5, DType::F32, Init::Seeded(1));
+        let norm = LayerNorm::builder(3).init(Init::Seeded(1)).build();
         let normed = norm.forward(&x).unwrap().to_vec::<f32>().unwrap();
         assert!(normed[..3].iter().sum::<f32>().abs() < 1e-5);
-        let rms = RmsNorm::new(3, 1e-6, DType::F32, Init::Seeded(1));
+        let rms = RmsNorm::builder(3).init(Init::Seeded(1)).build();
         let scaled = rms.forward(&x).unwrap().to_vec::<f32>().unwrap();
         let mean_square = scaled[..3].iter().map(|v| v * v).sum::<f32>() / 3.0;
         assert!((mean_square - 1.0).abs() < 1e-4);

@@ -1,7 +1,7 @@
 //! Operations that build new tensors from several: concatenation.
 
 use crate::Tensor;
-use crate::error::{Error, Result};
+use crate::error::{ConcatProblem, Error, Result};
 
 impl Tensor {
     /// Joins tensors of one dtype along `axis`; every other axis must agree. The result is
@@ -23,7 +23,7 @@ impl Tensor {
     /// ```
     pub fn concat(tensors: &[Tensor], axis: usize) -> Result<Tensor> {
         let Some(first) = tensors.first() else {
-            return Err(Error::Concat { reason: "no tensors were given".into() });
+            return Err(Error::Concat { problem: ConcatProblem::Empty });
         };
         if axis >= first.rank() {
             return Err(Error::AxisOutOfRange { axis, rank: first.rank(), shape: first.shape().to_vec() });
@@ -35,13 +35,13 @@ impl Tensor {
                 && tensor.shape().iter().zip(first.shape()).enumerate().all(|(at, (a, b))| at == axis || a == b);
             if tensor.dtype() != first.dtype() || !agrees {
                 return Err(Error::Concat {
-                    reason: format!(
-                        "{} {:?} does not join {} {:?} along axis {axis}",
-                        tensor.dtype(),
-                        tensor.shape(),
-                        first.dtype(),
-                        first.shape()
-                    ),
+                    problem: ConcatProblem::Disagrees {
+                        axis,
+                        expected_dtype: first.dtype(),
+                        expected_shape: first.shape().to_vec(),
+                        found_dtype: tensor.dtype(),
+                        found_shape: tensor.shape().to_vec(),
+                    },
                 });
             }
             shape[axis] += tensor.shape()[axis];

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::error::{Error, LoadError, Problem, Result};
+use crate::error::{LoadAction, LoadError, Problem, ProblemKind, Result};
 use crate::module::{Module, for_each_entry, for_each_entry_mut};
 use crate::{DType, Tensor};
 
@@ -306,28 +306,29 @@ pub fn compare_specs(expected: &[TensorSpec], found: &[TensorSpec], strict: bool
     let mut problems = Vec::new();
     for spec in expected {
         match found_by_name.get(spec.name.as_str()) {
-            None if strict => problems.push(Problem::Missing {
-                key: spec.name.clone(),
-                suggestion: suggest(
-                    &spec.name,
-                    nearest.iter().filter(|(_, near)| near.as_deref() == Some(&spec.name)).map(|(name, _)| *name),
-                ),
-            }),
+            None if strict => problems.push(Problem::new(
+                &spec.name,
+                ProblemKind::Missing {
+                    suggestion: suggest(
+                        &spec.name,
+                        nearest.iter().filter(|(_, near)| near.as_deref() == Some(&spec.name)).map(|(name, _)| *name),
+                    ),
+                },
+            )),
             None => {}
             Some(other) if other.dtype != spec.dtype => {
-                problems.push(Problem::DType { key: spec.name.clone(), expected: spec.dtype, found: other.dtype })
+                problems.push(Problem::new(&spec.name, ProblemKind::DType { expected: spec.dtype, found: other.dtype }))
             }
-            Some(other) if other.shape != spec.shape => problems.push(Problem::Shape {
-                key: spec.name.clone(),
-                expected: spec.shape.clone(),
-                found: other.shape.clone(),
-            }),
+            Some(other) if other.shape != spec.shape => problems.push(Problem::new(
+                &spec.name,
+                ProblemKind::Shape { expected: spec.shape.clone(), found: other.shape.clone() },
+            )),
             Some(_) => {}
         }
     }
     if strict {
         for (name, suggestion) in nearest {
-            problems.push(Problem::Unexpected { key: name.to_string(), suggestion });
+            problems.push(Problem::new(name, ProblemKind::Unexpected { suggestion }));
         }
     }
     problems
@@ -358,6 +359,12 @@ pub(crate) fn flat_state_dict<M: Module + ?Sized>(module: &M) -> FlatStateDict {
     dict
 }
 
+/// The report of a refused state-dict load into `module`.
+fn state_dict_error<M: Module + ?Sized>(module: &M, problems: Vec<Problem>) -> crate::Error {
+    LoadError { action: LoadAction::Load, source: "state dict".into(), target: module.module_name().into(), problems }
+        .into()
+}
+
 pub(crate) fn load_flat<M: Module + ?Sized>(
     module: &mut M,
     dict: &FlatStateDict,
@@ -367,7 +374,7 @@ pub(crate) fn load_flat<M: Module + ?Sized>(
     let found = dict_specs(dict);
     let problems = compare_specs(&expected, &found, false);
     if !problems.is_empty() {
-        return Err(LoadError { source: "state dict".into(), target: module.module_name().into(), problems }.into());
+        return Err(state_dict_error(module, problems));
     }
     let mut report = LoadReport::default();
     let expected_names: HashSet<&str> = expected.iter().map(|spec| spec.name.as_str()).collect();
@@ -380,11 +387,11 @@ pub(crate) fn load_flat<M: Module + ?Sized>(
     }
     report.unexpected = dict.keys().filter(|key| !expected_names.contains(key)).map(str::to_string).collect();
     if report.loaded.is_empty() && !options.allow_no_match {
-        return Err(Error::NoMatch {
-            target: module.module_name().into(),
+        let kind = ProblemKind::NoMatch {
             module_keys: expected.iter().take(3).map(|spec| spec.name.clone()).collect(),
-            dict_keys: dict.keys().take(3).map(str::to_string).collect(),
-        });
+            source_keys: dict.keys().take(3).map(str::to_string).collect(),
+        };
+        return Err(state_dict_error(module, vec![Problem::new("", kind)]));
     }
     assign(module, dict);
     Ok(report)
@@ -393,7 +400,7 @@ pub(crate) fn load_flat<M: Module + ?Sized>(
 pub(crate) fn load_flat_strict<M: Module + ?Sized>(module: &mut M, dict: &FlatStateDict) -> Result<()> {
     let problems = compare_specs(&module_specs(module), &dict_specs(dict), true);
     if !problems.is_empty() {
-        return Err(LoadError { source: "state dict".into(), target: module.module_name().into(), problems }.into());
+        return Err(state_dict_error(module, problems));
     }
     assign(module, dict);
     Ok(())

@@ -3,12 +3,12 @@
 
 use std::fmt::Write;
 
-use crate::module::{Entry, Module, Op, for_each_entry};
+use crate::module::{ImportOp, Module, TensorSlot, for_each_entry};
 
 /// The import rule of one tensor in words: `<- source ops`, `tie path`, `optional`, `dtype`.
 /// Empty when the tensor is read from its own name as it is. `rank` is the tensor's rank:
 /// transposes apply to rank-2+ tensors only and are not shown for the others.
-pub fn describe_import(entry: &Entry<'_>, rank: usize) -> String {
+pub fn describe_import(entry: &TensorSlot<'_>, rank: usize) -> String {
     let mut parts = Vec::new();
     if let Some(tie) = entry.tie {
         parts.push(format!("tie {tie}"));
@@ -16,11 +16,11 @@ pub fn describe_import(entry: &Entry<'_>, rank: usize) -> String {
         let mut source = format!("<- {}", entry.source);
         for op in entry.ops {
             match op {
-                Op::Split(split) => {
+                ImportOp::Split(split) => {
                     let _ = write!(source, " split({}, {}/{})", split.axis, split.index + 1, split.parts);
                 }
-                Op::Transpose if rank >= 2 => source.push_str(" transpose"),
-                Op::Transpose => {}
+                ImportOp::Transpose if rank >= 2 => source.push_str(" transpose"),
+                ImportOp::Transpose => {}
             }
         }
         parts.push(source);

@@ -47,7 +47,7 @@ impl Field<'_> {
 
 impl<'a> Container<'a> {
     /// Reads the derive input, recording unsupported shapes and attribute mistakes in `cx`.
-    pub fn from_ast(cx: &mut Ctxt, input: &'a DeriveInput) -> Container<'a> {
+    pub fn from_ast(cx: &Ctxt, input: &'a DeriveInput) -> Container<'a> {
         let attrs = attr::Container::from_ast(cx, &input.attrs);
         let fields = match &input.data {
             syn::Data::Struct(data) => data

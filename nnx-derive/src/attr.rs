@@ -1,16 +1,18 @@
 //! Parsing of `#[nnx(...)]` attributes into plain data. This file checks the syntax of each key
 //! and the form of its value; what the values mean together is checked in `check.rs`.
 
-use proc_macro2::{TokenStream, TokenTree};
-use quote::quote;
+use std::fmt::Display;
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{ToTokens, quote};
 use syn::meta::ParseNestedMeta;
 use syn::parse::{Parse, ParseStream};
 use syn::{Ident, LitInt, LitStr, Token};
 
 use crate::ctxt::Ctxt;
 use crate::symbol::{
-    self, AXIS, CONTAINER_KEYS, CRATE, DTYPE, FIELD_KEYS, FROM, INDEX, NNX, OPTIONAL, PARTS, RENAME, SKIP, SPLIT_KEYS,
-    Symbol, TIE, TRANSPOSE,
+    self, AXIS, CONTAINER_KEYS, CRATE, DTYPE, FIELD_KEYS, FROM, INDEX, NNX, OPTIONAL, PARTS, RENAME, SKIP, SPLIT,
+    SPLIT_KEYS, Symbol, TIE, TRANSPOSE,
 };
 
 /// The SafeTensors dtype spellings (matched case-insensitively) and the `DType` variant each one
@@ -45,6 +47,65 @@ pub fn parse_dtype(text: &str) -> Option<&'static str> {
     DTYPES.iter().find(|(spelling, _)| spelling.eq_ignore_ascii_case(text)).map(|(_, variant)| *variant)
 }
 
+/// One attribute's slot while parsing: empty until the attribute is read, and reporting a
+/// second occurrence by itself, on that occurrence's tokens.
+pub struct Attr<'c, T> {
+    cx: &'c Ctxt,
+    name: Symbol,
+    /// What follows the name in a duplicate's message: where it is written and what to do.
+    place: &'static str,
+    value: Option<T>,
+}
+
+impl<'c, T> Attr<'c, T> {
+    /// An empty slot for the attribute `name`; `place` completes a duplicate's message.
+    pub fn none(cx: &'c Ctxt, name: Symbol, place: &'static str) -> Self {
+        Attr { cx, name, place, value: None }
+    }
+
+    /// Fills the slot, or reports a duplicate on `tokens` when it is already filled.
+    pub fn set<A: ToTokens>(&mut self, tokens: A, value: T) {
+        if self.value.is_some() {
+            let name = self.name;
+            self.cx.error_spanned_by(tokens, format!("duplicate `{name}`{}", self.place));
+        } else {
+            self.value = Some(value);
+        }
+    }
+
+    /// Fills the slot when there is a value.
+    pub fn set_opt<A: ToTokens>(&mut self, tokens: A, value: Option<T>) {
+        if let Some(value) = value {
+            self.set(tokens, value);
+        }
+    }
+
+    /// The value read, if any.
+    pub fn get(self) -> Option<T> {
+        self.value
+    }
+}
+
+/// The slot of a key that takes no value, like `transpose`: it keeps the key for error spans.
+pub struct BoolAttr<'c>(Attr<'c, Ident>);
+
+impl<'c> BoolAttr<'c> {
+    /// An empty slot for the flag `name`; `place` completes a duplicate's message.
+    pub fn none(cx: &'c Ctxt, name: Symbol, place: &'static str) -> Self {
+        BoolAttr(Attr::none(cx, name, place))
+    }
+
+    /// Records the flag as written by `key`, or reports a duplicate on `tokens`.
+    pub fn set_true<A: ToTokens>(&mut self, tokens: A, key: Ident) {
+        self.0.set(tokens, key);
+    }
+
+    /// The key, when the flag was written.
+    pub fn get(self) -> Option<Ident> {
+        self.0.get()
+    }
+}
+
 /// A string-valued key as written: `rename = "seg"`.
 #[derive(Clone)]
 pub struct StrAttr {
@@ -64,6 +125,8 @@ impl StrAttr {
 /// `dtype = "u32"` with the variant it names.
 #[derive(Clone)]
 pub struct DTypeAttr {
+    /// The `dtype` key.
+    pub key: Ident,
     /// The `DType` variant, e.g. `U32`.
     pub variant: &'static str,
 }
@@ -90,6 +153,8 @@ pub struct SplitAttr {
     pub index: Param<usize>,
 }
 
+const ON_FIELD: &str = " on this field: write each attribute once";
+
 /// Everything the `#[nnx(...)]` attributes of one field say. Each key holds its tokens so that
 /// later checks can point at them.
 #[derive(Default)]
@@ -110,28 +175,70 @@ pub struct Field {
     pub optional: Option<Ident>,
     /// `dtype = "..."`; `None` also when the dtype was unknown (already reported).
     pub dtype: Option<DTypeAttr>,
-    /// Every key written on the field, valid or not, in order: duplicate detection and
-    /// "anything besides `skip`".
-    pub written: Vec<Ident>,
 }
 
 impl Field {
     /// Parses every `#[nnx(...)]` attribute of a field, recording mistakes in `cx`.
-    pub fn from_ast(cx: &mut Ctxt, attrs: &[syn::Attribute]) -> Field {
-        let mut field = Field::default();
-        for attr in nnx_lists(cx, attrs) {
-            let result = attr.parse_nested_meta(|meta| {
-                if let Err(error) = field.parse_key(cx, &meta) {
-                    cx.syn_error(error);
-                    skip_item(meta.input);
-                }
-                Ok(())
-            });
-            if let Err(error) = result {
-                cx.syn_error(error);
+    pub fn from_ast(cx: &Ctxt, attrs: &[syn::Attribute]) -> Field {
+        let mut skip = BoolAttr::none(cx, SKIP, ON_FIELD);
+        let mut rename = Attr::none(cx, RENAME, ON_FIELD);
+        let mut from = Attr::none(cx, FROM, ON_FIELD);
+        let mut transpose = BoolAttr::none(cx, TRANSPOSE, ON_FIELD);
+        let mut split = Attr::none(cx, SPLIT, ON_FIELD);
+        let mut tie = Attr::none(cx, TIE, ON_FIELD);
+        let mut optional = BoolAttr::none(cx, OPTIONAL, ON_FIELD);
+        let mut dtype = Attr::none(cx, DTYPE, ON_FIELD);
+        for_each_key(cx, attrs, |meta| {
+            let Some(key) = meta.path.get_ident().cloned() else {
+                let path = &meta.path;
+                return Err(reject(
+                    meta.input,
+                    path,
+                    format!("expected one of the field attributes: {}", list(FIELD_KEYS)),
+                ));
+            };
+            if key == CRATE {
+                return Err(reject(
+                    meta.input,
+                    &key,
+                    "`crate` is a container attribute: put `#[nnx(crate = \"...\")]` on the struct, not on a field",
+                ));
             }
+            let Some(symbol) = FIELD_KEYS.iter().copied().find(|symbol| key == *symbol) else {
+                let name = key.to_string();
+                return Err(reject(
+                    meta.input,
+                    &key,
+                    format!(
+                        "unknown attribute `{name}`{}; the field attributes are: {}",
+                        symbol::did_you_mean(&name, FIELD_KEYS.iter().map(|symbol| symbol.0)),
+                        list(FIELD_KEYS),
+                    ),
+                ));
+            };
+            let item = item_tokens(meta, &key);
+            match symbol {
+                SKIP => skip.set_true(item, flag(meta, &key)?),
+                TRANSPOSE => transpose.set_true(item, flag(meta, &key)?),
+                OPTIONAL => optional.set_true(item, flag(meta, &key)?),
+                RENAME => rename.set(item, string(meta, &key, "rename = \"segment\"")?),
+                FROM => from.set(item, string(meta, &key, "from = \"source.name\"")?),
+                TIE => tie.set(item, string(meta, &key, "tie = \"model.path\"")?),
+                DTYPE => dtype.set_opt(item, parse_dtype_attr(cx, meta, &key)?),
+                _ => split.set_opt(item, parse_split(cx, meta, &key)?),
+            }
+            Ok(())
+        });
+        Field {
+            skip: skip.get(),
+            rename: rename.get(),
+            from: from.get(),
+            transpose: transpose.get(),
+            split: split.get(),
+            tie: tie.get(),
+            optional: optional.get(),
+            dtype: dtype.get(),
         }
-        field
     }
 
     /// Whether the field carries an import attribute, so that it must hold tensors.
@@ -144,67 +251,20 @@ impl Field {
             || self.dtype.is_some()
     }
 
-    fn parse_key(&mut self, cx: &mut Ctxt, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-        let Some(key) = meta.path.get_ident().cloned() else {
-            let rest = skip_item(meta.input);
-            let path = &meta.path;
-            return Err(syn::Error::new_spanned(
-                quote!(#path #rest),
-                format!("expected one of the field attributes: {}", list(FIELD_KEYS)),
-            ));
-        };
-        if key == CRATE {
-            let rest = skip_item(meta.input);
-            return Err(syn::Error::new_spanned(
-                quote!(#key #rest),
-                "`crate` is a container attribute: put `#[nnx(crate = \"...\")]` on the struct, not on a field",
-            ));
-        }
-        let Some(symbol) = FIELD_KEYS.iter().copied().find(|symbol| key == *symbol) else {
-            let rest = skip_item(meta.input);
-            let name = key.to_string();
-            return Err(syn::Error::new_spanned(
-                quote!(#key #rest),
-                format!(
-                    "unknown attribute `{name}`{}; the field attributes are: {}",
-                    symbol::did_you_mean(&name, FIELD_KEYS.iter().map(|symbol| symbol.0)),
-                    list(FIELD_KEYS),
-                ),
-            ));
-        };
-        if self.written.iter().any(|written| *written == symbol) {
-            let rest = skip_item(meta.input);
-            return Err(syn::Error::new_spanned(
-                quote!(#key #rest),
-                format!("duplicate `{symbol}` on this field: write each attribute once"),
-            ));
-        }
-        self.written.push(key.clone());
-        match symbol {
-            SKIP => self.skip = Some(flag(meta, &key)?),
-            TRANSPOSE => self.transpose = Some(flag(meta, &key)?),
-            OPTIONAL => self.optional = Some(flag(meta, &key)?),
-            RENAME => self.rename = Some(string(meta, &key, "rename = \"segment\"")?),
-            FROM => self.from = Some(string(meta, &key, "from = \"source.name\"")?),
-            TIE => self.tie = Some(string(meta, &key, "tie = \"model.path\"")?),
-            DTYPE => {
-                let lit = string(meta, &key, "dtype = \"f32\"")?;
-                let text = lit.value();
-                match parse_dtype(&text) {
-                    Some(variant) => self.dtype = Some(DTypeAttr { variant }),
-                    None => cx.error_spanned_by(
-                        &lit.lit,
-                        format!(
-                            "unknown dtype `{text}`{}; expected one of: {}",
-                            symbol::did_you_mean(&text, DTYPES.iter().map(|(spelling, _)| *spelling)),
-                            DTYPES.iter().map(|(spelling, _)| *spelling).collect::<Vec<_>>().join(", "),
-                        ),
-                    ),
-                }
-            }
-            _ => self.split = split(cx, meta, &key)?,
-        }
-        Ok(())
+    /// The keys of every attribute read on the field besides `skip`, in grammar order.
+    pub fn keys_besides_skip(&self) -> Vec<&Ident> {
+        [
+            self.rename.as_ref().map(|rename| &rename.key),
+            self.from.as_ref().map(|from| &from.key),
+            self.transpose.as_ref(),
+            self.split.as_ref().map(|split| &split.key),
+            self.tie.as_ref().map(|tie| &tie.key),
+            self.optional.as_ref(),
+            self.dtype.as_ref().map(|dtype| &dtype.key),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 }
 
@@ -217,73 +277,83 @@ pub struct Container {
 
 impl Container {
     /// Parses the struct's `#[nnx(...)]` attributes, recording mistakes in `cx`.
-    pub fn from_ast(cx: &mut Ctxt, attrs: &[syn::Attribute]) -> Container {
-        let mut container = Container::default();
-        let mut seen_crate = false;
-        for attr in nnx_lists(cx, attrs) {
-            let result = attr.parse_nested_meta(|meta| {
-                if let Err(error) = container.parse_key(&meta, &mut seen_crate) {
-                    cx.syn_error(error);
-                    skip_item(meta.input);
-                }
-                Ok(())
-            });
-            if let Err(error) = result {
-                cx.syn_error(error);
+    pub fn from_ast(cx: &Ctxt, attrs: &[syn::Attribute]) -> Container {
+        let mut crate_path = Attr::none(cx, CRATE, ": write it once");
+        for_each_key(cx, attrs, |meta| {
+            let path = &meta.path;
+            if *path == CRATE {
+                let key = path.get_ident().cloned().unwrap_or_else(|| Ident::new("crate", Span::call_site()));
+                let item = item_tokens(meta, &key);
+                let lit = string(meta, &key, "crate = \"::nnx\"")?;
+                let parsed = lit.lit.parse::<syn::Path>().map_err(|_| {
+                    syn::Error::new_spanned(
+                        &lit.lit,
+                        "`crate` must be a path to the `nnx` crate, such as `::nnx` or `my::nnx`",
+                    )
+                })?;
+                crate_path.set(item, parsed);
+                return Ok(());
             }
-        }
-        container
-    }
-
-    fn parse_key(&mut self, meta: &ParseNestedMeta<'_>, seen_crate: &mut bool) -> syn::Result<()> {
-        let path = &meta.path;
-        if *path == CRATE {
-            let key = path.get_ident().cloned().unwrap_or_else(|| Ident::new("crate", proc_macro2::Span::call_site()));
-            if *seen_crate {
-                let rest = skip_item(meta.input);
-                return Err(syn::Error::new_spanned(quote!(#key #rest), "duplicate `crate`: write it once"));
+            let name = path.get_ident().map(ToString::to_string).unwrap_or_default();
+            if FIELD_KEYS.iter().any(|symbol| *path == *symbol) {
+                return Err(reject(
+                    meta.input,
+                    path,
+                    format!("`{name}` is a field attribute: put it on a field, not on the struct"),
+                ));
             }
-            *seen_crate = true;
-            let lit = string(meta, &key, "crate = \"::nnx\"")?;
-            let parsed = lit.lit.parse::<syn::Path>().map_err(|_| {
-                syn::Error::new_spanned(
-                    &lit.lit,
-                    "`crate` must be a path to the `nnx` crate, such as `::nnx` or `my::nnx`",
-                )
-            })?;
-            self.crate_path = Some(parsed);
-            return Ok(());
-        }
-        let rest = skip_item(meta.input);
-        let name = path.get_ident().map(ToString::to_string).unwrap_or_default();
-        if FIELD_KEYS.iter().any(|symbol| *path == *symbol) {
-            return Err(syn::Error::new_spanned(
-                quote!(#path #rest),
-                format!("`{name}` is a field attribute: put it on a field, not on the struct"),
-            ));
-        }
-        Err(syn::Error::new_spanned(
-            quote!(#path #rest),
-            format!(
-                "unknown attribute `{}`{}; the struct accepts only `crate = \"...\"`",
-                quote!(#path).to_string().replace(' ', ""),
-                symbol::did_you_mean(&name, CONTAINER_KEYS.iter().map(|symbol| symbol.0)),
-            ),
-        ))
+            let written = quote!(#path).to_string().replace(' ', "");
+            Err(reject(
+                meta.input,
+                path,
+                format!(
+                    "unknown attribute `{written}`{}; the struct accepts only `crate = \"...\"`",
+                    symbol::did_you_mean(&name, CONTAINER_KEYS.iter().map(|symbol| symbol.0)),
+                ),
+            ))
+        });
+        Container { crate_path: crate_path.get() }
     }
 }
 
-/// The `#[nnx(...)]` attributes among `attrs`; an `#[nnx]` or `#[nnx = ...]` is recorded as a
-/// mistake and left out.
-fn nnx_lists<'a>(cx: &mut Ctxt, attrs: &'a [syn::Attribute]) -> Vec<&'a syn::Attribute> {
-    let mut lists = Vec::new();
+/// Calls `parse_key` on every key of every `#[nnx(...)]` attribute among `attrs`. A key it
+/// rejects is recorded in `cx` and the rest of its item skipped, so that the next key is still
+/// read; an `#[nnx]` or `#[nnx = ...]` is recorded as a mistake and left out.
+fn for_each_key(
+    cx: &Ctxt,
+    attrs: &[syn::Attribute],
+    mut parse_key: impl FnMut(&ParseNestedMeta<'_>) -> syn::Result<()>,
+) {
     for attr in attrs.iter().filter(|attr| attr.path() == &NNX) {
-        match &attr.meta {
-            syn::Meta::List(_) => lists.push(attr),
-            meta => cx.error_spanned_by(meta, "`nnx` takes its attributes in parentheses, such as `#[nnx(skip)]`"),
+        if !matches!(attr.meta, syn::Meta::List(_)) {
+            cx.error_spanned_by(&attr.meta, "`nnx` takes its attributes in parentheses, such as `#[nnx(skip)]`");
+            continue;
+        }
+        let result = attr.parse_nested_meta(|meta| {
+            if let Err(error) = parse_key(&meta) {
+                cx.syn_error(error);
+                skip_item(meta.input);
+            }
+            Ok(())
+        });
+        if let Err(error) = result {
+            cx.syn_error(error);
         }
     }
-    lists
+}
+
+/// An error spanning `head` and the rest of its item, which is consumed so that parsing goes
+/// on with the next item.
+fn reject<H: ToTokens, M: Display>(input: ParseStream<'_>, head: H, message: M) -> syn::Error {
+    let rest = skip_item(input);
+    syn::Error::new_spanned(quote!(#head #rest), message)
+}
+
+/// The tokens of the item that starts with `key`, without consuming them: the span of a
+/// duplicate.
+fn item_tokens(meta: &ParseNestedMeta<'_>, key: &Ident) -> TokenStream {
+    let rest = skip_item(&meta.input.fork());
+    quote!(#key #rest)
 }
 
 /// `a`, `b` and `c` from a list of keys.
@@ -315,16 +385,14 @@ fn flag(meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<Ident> {
     if meta.input.is_empty() || meta.input.peek(Token![,]) {
         return Ok(key.clone());
     }
-    let rest = skip_item(meta.input);
-    Err(syn::Error::new_spanned(quote!(#key #rest), format!("`{key}` takes no value: write `#[nnx({key})]`")))
+    Err(reject(meta.input, key, format!("`{key}` takes no value: write `#[nnx({key})]`")))
 }
 
 /// A key that takes a string: `key = "..."`.
 fn string(meta: &ParseNestedMeta<'_>, key: &Ident, example: &str) -> syn::Result<StrAttr> {
     let expected = || format!("`{key}` takes a string: write `{example}`");
     if !meta.input.peek(Token![=]) {
-        let rest = skip_item(meta.input);
-        return Err(syn::Error::new_spanned(quote!(#key #rest), expected()));
+        return Err(reject(meta.input, key, expected()));
     }
     let equals: Token![=] = meta.input.parse()?;
     let value = skip_item(meta.input);
@@ -337,22 +405,45 @@ fn string(meta: &ParseNestedMeta<'_>, key: &Ident, example: &str) -> syn::Result
     }
 }
 
-/// An integer literal, possibly negative.
-struct Integer {
-    negative: bool,
-    lit: LitInt,
+/// `dtype = "..."`: `None` when the dtype is unknown (recorded in `cx`).
+fn parse_dtype_attr(cx: &Ctxt, meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<Option<DTypeAttr>> {
+    let lit = string(meta, key, "dtype = \"f32\"")?;
+    let text = lit.value();
+    let variant = parse_dtype(&text);
+    if variant.is_none() {
+        cx.error_spanned_by(
+            &lit.lit,
+            format!(
+                "unknown dtype `{text}`{}; expected one of: {}",
+                symbol::did_you_mean(&text, DTYPES.iter().map(|(spelling, _)| *spelling)),
+                DTYPES.iter().map(|(spelling, _)| *spelling).collect::<Vec<_>>().join(", "),
+            ),
+        );
+    }
+    Ok(variant.map(|variant| DTypeAttr { key: key.clone(), variant }))
 }
 
-impl Parse for Integer {
+/// One parameter of `split(...)` as written: `= <integer>`, possibly negative.
+struct SplitParam {
+    /// A leading `-`.
+    negative: bool,
+    /// The integer's magnitude.
+    magnitude: LitInt,
+    /// The value's tokens, for error spans.
+    tokens: TokenStream,
+}
+
+impl Parse for SplitParam {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let tokens = input.fork().parse::<TokenStream>()?;
         let negative = input.parse::<Option<Token![-]>>()?.is_some();
-        let lit = input.parse()?;
-        Ok(Integer { negative, lit })
+        let magnitude = input.parse()?;
+        Ok(SplitParam { negative, magnitude, tokens })
     }
 }
 
-/// The value of one `split` parameter: `= <integer>`.
-fn integer(meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<(Integer, TokenStream)> {
+/// Reads the value of the `split` parameter `key`: `= <integer>`.
+fn split_param(meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<SplitParam> {
     let expected = || {
         if *key == AXIS {
             format!("`{key}` takes an integer, negative to count from the end: write `{key} = -1`")
@@ -361,90 +452,69 @@ fn integer(meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<(Integer, Tok
         }
     };
     if !meta.input.peek(Token![=]) {
-        let rest = skip_item(meta.input);
-        return Err(syn::Error::new_spanned(quote!(#key #rest), expected()));
+        return Err(reject(meta.input, key, expected()));
     }
     let equals: Token![=] = meta.input.parse()?;
     let value = skip_item(meta.input);
     if value.is_empty() {
         return Err(syn::Error::new_spanned(quote!(#key #equals), expected()));
     }
-    match syn::parse2::<Integer>(value.clone()) {
-        Ok(integer) if integer.lit.suffix().is_empty() => Ok((integer, value)),
+    match syn::parse2::<SplitParam>(value.clone()) {
+        Ok(param) if param.magnitude.suffix().is_empty() => Ok(param),
         _ => Err(syn::Error::new_spanned(value, expected())),
     }
 }
 
 /// `split(axis = .., parts = .., index = ..)`: `None` when malformed (the mistakes are recorded).
-fn split(cx: &mut Ctxt, meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<Option<SplitAttr>> {
+fn parse_split(cx: &Ctxt, meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<Option<SplitAttr>> {
     const EXAMPLE: &str = "split(axis = -1, parts = 3, index = 0)";
-    let written = skip_item(&meta.input.fork());
+    const IN_SPLIT: &str = " in `split`: write each parameter once";
     if !meta.input.peek(syn::token::Paren) {
-        let rest = skip_item(meta.input);
-        return Err(syn::Error::new_spanned(
-            quote!(#key #rest),
-            format!("`split` takes three parameters: write `{EXAMPLE}`"),
-        ));
+        return Err(reject(meta.input, key, format!("`split` takes three parameters: write `{EXAMPLE}`")));
     }
-    let tokens = quote!(#key #written);
-    let mut axis: Option<Param<isize>> = None;
-    let mut parts: Option<Param<usize>> = None;
-    let mut index: Option<Param<usize>> = None;
+    let tokens = item_tokens(meta, key);
+    let mut axis: Attr<'_, Param<isize>> = Attr::none(cx, AXIS, IN_SPLIT);
+    let mut parts: Attr<'_, Param<usize>> = Attr::none(cx, PARTS, IN_SPLIT);
+    let mut index: Attr<'_, Param<usize>> = Attr::none(cx, INDEX, IN_SPLIT);
     let mut complete = true;
     let result = meta.parse_nested_meta(|inner| {
         let outcome = (|| {
             let Some(name) = inner.path.get_ident().cloned() else {
-                let path = &inner.path;
-                let rest = skip_item(inner.input);
-                return Err(syn::Error::new_spanned(
-                    quote!(#path #rest),
+                return Err(reject(
+                    inner.input,
+                    &inner.path,
                     format!("expected `axis`, `parts` or `index`: write `{EXAMPLE}`"),
                 ));
             };
             let Some(symbol) = SPLIT_KEYS.iter().copied().find(|symbol| name == *symbol) else {
-                let rest = skip_item(inner.input);
                 let text = name.to_string();
-                return Err(syn::Error::new_spanned(
-                    quote!(#name #rest),
+                return Err(reject(
+                    inner.input,
+                    &name,
                     format!(
                         "unknown `split` parameter `{text}`{}; `split` takes `axis`, `parts` and `index`",
                         symbol::did_you_mean(&text, SPLIT_KEYS.iter().map(|symbol| symbol.0)),
                     ),
                 ));
             };
-            let seen = match symbol {
-                AXIS => axis.is_some(),
-                PARTS => parts.is_some(),
-                _ => index.is_some(),
-            };
-            if seen {
-                let rest = skip_item(inner.input);
+            let item = item_tokens(&inner, &name);
+            let param = split_param(&inner, &name)?;
+            let out_of_range = || syn::Error::new_spanned(&param.tokens, format!("`{symbol}` is out of range"));
+            if symbol == AXIS {
+                let magnitude: isize = param.magnitude.base10_parse().map_err(|_| out_of_range())?;
+                let value = if param.negative { -magnitude } else { magnitude };
+                axis.set(item, Param { value, tokens: param.tokens });
+                return Ok(());
+            }
+            if param.negative {
                 return Err(syn::Error::new_spanned(
-                    quote!(#name #rest),
-                    format!("duplicate `{symbol}` in `split`: write each parameter once"),
+                    &param.tokens,
+                    format!("`{symbol}` takes an unsigned integer: write `{symbol} = 3`"),
                 ));
             }
-            let (value, tokens) = integer(&inner, &name)?;
-            let out_of_range = || syn::Error::new_spanned(&tokens, format!("`{symbol}` is out of range"));
-            if symbol == AXIS {
-                let magnitude: isize = value.lit.base10_parse().map_err(|_| out_of_range())?;
-                let value = if value.negative { -magnitude } else { magnitude };
-                axis = Some(Param { value, tokens });
-            } else {
-                if value.negative {
-                    return Err(syn::Error::new_spanned(
-                        &tokens,
-                        format!("`{symbol}` takes an unsigned integer: write `{symbol} = 3`"),
-                    ));
-                }
-                let value: usize = value.lit.base10_parse().map_err(|_| out_of_range())?;
-                let param = Param { value, tokens };
-                if symbol == PARTS {
-                    parts = Some(param);
-                } else {
-                    index = Some(param);
-                }
-            }
+            let value: usize = param.magnitude.base10_parse().map_err(|_| out_of_range())?;
+            let slot = if symbol == PARTS { &mut parts } else { &mut index };
+            slot.set(item, Param { value, tokens: param.tokens });
             Ok(())
         })();
         if let Err(error) = outcome {
@@ -458,14 +528,14 @@ fn split(cx: &mut Ctxt, meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<
         cx.syn_error(error);
         return Ok(None);
     }
-    let missing: Vec<&str> = [(AXIS, axis.is_none()), (PARTS, parts.is_none()), (INDEX, index.is_none())]
+    let (axis, parts, index) = (axis.get(), parts.get(), index.get());
+    let missing: Vec<String> = [(AXIS, axis.is_none()), (PARTS, parts.is_none()), (INDEX, index.is_none())]
         .into_iter()
         .filter(|(_, missing)| *missing)
-        .map(|(symbol, _)| symbol.0)
+        .map(|(symbol, _)| format!("`{symbol}`"))
         .collect();
     if !missing.is_empty() && complete {
-        let names = missing.iter().map(|name| format!("`{name}`")).collect::<Vec<_>>().join(" and ");
-        cx.error_spanned_by(&tokens, format!("`split` is missing {names}: write `{EXAMPLE}`"));
+        cx.error_spanned_by(&tokens, format!("`split` is missing {}: write `{EXAMPLE}`", missing.join(" and ")));
     }
     match (axis, parts, index) {
         (Some(axis), Some(parts), Some(index)) => Ok(Some(SplitAttr { key: key.clone(), axis, parts, index })),
@@ -500,8 +570,8 @@ mod tests {
     fn field(attrs: TokenStream) -> (Field, Vec<String>) {
         let input: syn::DeriveInput = syn::parse2(quote!(struct S { #attrs x: T })).unwrap();
         let syn::Data::Struct(data) = input.data else { unreachable!() };
-        let mut cx = Ctxt::new();
-        let field = Field::from_ast(&mut cx, &data.fields.iter().next().unwrap().attrs);
+        let cx = Ctxt::new();
+        let field = Field::from_ast(&cx, &data.fields.iter().next().unwrap().attrs);
         let errors = match cx.check() {
             Ok(()) => Vec::new(),
             Err(error) => error.into_iter().map(|error| error.to_string()).collect(),
@@ -517,8 +587,8 @@ mod tests {
                 struct S;
             ))
             .unwrap();
-            let mut cx = Ctxt::new();
-            let container = Container::from_ast(&mut cx, &input.attrs);
+            let cx = Ctxt::new();
+            let container = Container::from_ast(&cx, &input.attrs);
             assert!(cx.check().is_ok());
             let path = container.crate_path.unwrap();
             assert_eq!(quote!(#path).to_string(), expected);
@@ -544,7 +614,7 @@ mod tests {
     fn every_mistake_is_reported() {
         let (_, errors) = field(quote!(
             #[nnx(trnaspose, rename = 3, skip = true, split(axis = 1), dtype = "u33")]
-            #[nnx(skip)]
+            #[nnx(transpose, transpose)]
         ));
         assert_eq!(errors.len(), 6, "{errors:?}");
         assert!(errors[0].contains("did you mean `transpose`"));
@@ -552,6 +622,6 @@ mod tests {
         assert!(errors[2].contains("`skip` takes no value"));
         assert!(errors[3].contains("missing `parts` and `index`"));
         assert!(errors[4].contains("unknown dtype `u33`"));
-        assert!(errors[5].contains("duplicate `skip`"));
+        assert!(errors[5].contains("duplicate `transpose` on this field"));
     }
 }

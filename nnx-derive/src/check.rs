@@ -7,7 +7,7 @@ use crate::ast::{Container, Field};
 use crate::ctxt::Ctxt;
 
 /// Runs every rule on a parsed input.
-pub fn check(cx: &mut Ctxt, container: &Container<'_>) {
+pub fn check(cx: &Ctxt, container: &Container<'_>) {
     for field in &container.fields {
         check_skip_alone(cx, field);
         check_rename_is_segment(cx, field);
@@ -48,11 +48,11 @@ pub fn segment_problem(segment: &str) -> Option<&'static str> {
 
 /// A skipped field is not part of the state, so any other attribute on it would be ignored
 /// silently; every such attribute is an error.
-fn check_skip_alone(cx: &mut Ctxt, field: &Field<'_>) {
+fn check_skip_alone(cx: &Ctxt, field: &Field<'_>) {
     if field.attrs.skip.is_none() {
         return;
     }
-    for key in field.attrs.written.iter().filter(|key| **key != "skip") {
+    for key in field.attrs.keys_besides_skip() {
         cx.error_spanned_by(
             key,
             format!("`{key}` has no effect on a skipped field: a `skip` field is not part of the state; remove `{key}` or `skip`"),
@@ -61,7 +61,7 @@ fn check_skip_alone(cx: &mut Ctxt, field: &Field<'_>) {
 }
 
 /// `rename` gives one path segment: it can be neither empty nor hold a `.`.
-fn check_rename_is_segment(cx: &mut Ctxt, field: &Field<'_>) {
+fn check_rename_is_segment(cx: &Ctxt, field: &Field<'_>) {
     let Some(rename) = &field.attrs.rename else { return };
     if let Some(problem) = segment_problem(&rename.value()) {
         cx.error_spanned_by(
@@ -72,7 +72,7 @@ fn check_rename_is_segment(cx: &mut Ctxt, field: &Field<'_>) {
 }
 
 /// `from` and `tie` are dotted paths: non-empty, without empty segments.
-fn check_source_paths(cx: &mut Ctxt, field: &Field<'_>) {
+fn check_source_paths(cx: &Ctxt, field: &Field<'_>) {
     for (attr, example) in [(&field.attrs.from, "from = \"attn.c_attn\""), (&field.attrs.tie, "tie = \"wte\"")] {
         let Some(attr) = attr else { continue };
         if let Some(problem) = path_problem(&attr.value()) {
@@ -87,7 +87,7 @@ fn check_source_paths(cx: &mut Ctxt, field: &Field<'_>) {
 /// `split` cuts a fused source into pieces; without `from` the field's own name would be the
 /// fused source, which is never what a checkpoint means. (On a tied field, `split` is reported by
 /// [`check_tie_alone`] instead.)
-fn check_split_needs_from(cx: &mut Ctxt, field: &Field<'_>) {
+fn check_split_needs_from(cx: &Ctxt, field: &Field<'_>) {
     let Some(split) = &field.attrs.split else { return };
     if field.attrs.from.is_none() && field.attrs.tie.is_none() {
         cx.error_spanned_by(
@@ -98,7 +98,7 @@ fn check_split_needs_from(cx: &mut Ctxt, field: &Field<'_>) {
 }
 
 /// A split has at least two parts and the index is one of them.
-fn check_split_pieces(cx: &mut Ctxt, field: &Field<'_>) {
+fn check_split_pieces(cx: &Ctxt, field: &Field<'_>) {
     let Some(split) = &field.attrs.split else { return };
     let parts = split.parts.value;
     if parts < 2 {
@@ -120,7 +120,7 @@ fn check_split_pieces(cx: &mut Ctxt, field: &Field<'_>) {
 
 /// A tied field is not read from the file (it shares another field's tensor), so attributes on
 /// how to read it would be ignored silently.
-fn check_tie_alone(cx: &mut Ctxt, field: &Field<'_>) {
+fn check_tie_alone(cx: &Ctxt, field: &Field<'_>) {
     let Some(tie) = &field.attrs.tie else { return };
     let attrs = &field.attrs;
     let keys = [
@@ -143,7 +143,7 @@ fn check_tie_alone(cx: &mut Ctxt, field: &Field<'_>) {
 
 /// Fields that split the same source must agree on how it is cut (`parts` and `axis`) and take
 /// different pieces of it. The later field is reported, naming the earlier one.
-fn check_split_siblings(cx: &mut Ctxt, container: &Container<'_>) {
+fn check_split_siblings(cx: &Ctxt, container: &Container<'_>) {
     let mut first_by_source: HashMap<String, &Field<'_>> = HashMap::new();
     let mut index_by_source: HashMap<(String, usize), &Field<'_>> = HashMap::new();
     for field in container.fields.iter().filter(|field| field.is_walked()) {
@@ -187,7 +187,7 @@ fn check_split_siblings(cx: &mut Ctxt, container: &Container<'_>) {
 
 /// Names are distinct: two walked fields with the same path segment (through `rename`) would
 /// give two tensors one name.
-fn check_unique_segments(cx: &mut Ctxt, container: &Container<'_>) {
+fn check_unique_segments(cx: &Ctxt, container: &Container<'_>) {
     let mut seen: HashMap<String, &Field<'_>> = HashMap::new();
     for field in container.fields.iter().filter(|field| field.is_walked()) {
         let segment = field.segment();

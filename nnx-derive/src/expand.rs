@@ -13,9 +13,9 @@ use crate::{check, fallback};
 
 /// The whole derive: parse, check, and emit either the impls or the errors beside a fallback.
 pub fn derive(input: &DeriveInput) -> TokenStream {
-    let mut cx = Ctxt::new();
-    let container = Container::from_ast(&mut cx, input);
-    check::check(&mut cx, &container);
+    let cx = Ctxt::new();
+    let container = Container::from_ast(&cx, input);
+    check::check(&cx, &container);
     let krate = crate_path(&container);
     match cx.check() {
         Ok(()) => impls(&container, &krate),
@@ -104,7 +104,7 @@ fn impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
     }
 }
 
-/// `Step::Field(&Field { .. })` for one field, every part a constant so the reference is
+/// `PathStep::Field(&FieldInfo { .. })` for one field, every part a constant so the reference is
 /// promoted to `'static`.
 fn step(field: &Field<'_>, private: &TokenStream) -> TokenStream {
     let attrs = &field.attrs;
@@ -144,7 +144,7 @@ fn step(field: &Field<'_>, private: &TokenStream) -> TokenStream {
         None => quote!(#private::None),
     };
     quote! {
-        #private::Step::Field(&#private::Field {
+        #private::PathStep::Field(&#private::FieldInfo {
             ident: #name,
             segment: #segment,
             rule: #private::ImportRule {

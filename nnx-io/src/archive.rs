@@ -7,12 +7,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nnx_core::{
-    DType, FlatStateDict, LoadError, Module, Tensor, TensorSpec, compare_specs, for_each_entry, for_each_entry_mut,
-    join, module_specs, suggest, under_prefix,
-};
+use nnx_core::__private::{compare_specs, for_each_entry, for_each_entry_mut, join, suggest, under_prefix};
+use nnx_core::{DType, FlatStateDict, LoadAction, LoadError, Module, Tensor, TensorSpec, module_specs};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UnsavableProblem};
 use crate::index::{Shard, ShardIndex, shard_stem};
 use crate::mapped::MappedFile;
 
@@ -500,7 +498,13 @@ impl Archive {
             let problems = compare_specs(&expected, &self.specs(prefix)?, true);
             if !problems.is_empty() {
                 let source = self.origin.clone();
-                return Err(LoadError { source, target: module.module_name().into(), problems }.into());
+                return Err(LoadError {
+                    action: LoadAction::Load,
+                    source,
+                    target: module.module_name().into(),
+                    problems,
+                }
+                .into());
             }
         }
         let tensors = names.iter().map(|name| self.try_get(name)).collect::<Result<Vec<_>>>()?;
@@ -527,12 +531,7 @@ impl Archive {
             let (dtype, shape) = source.spec();
             let bytes = match &source {
                 Located::Tensor(tensor) if tensor.is_meta() => {
-                    return Err(Error::Unsavable {
-                        name: name.clone(),
-                        reason:
-                            "it is a meta tensor (dtype and shape only, no data): load or import weights before saving"
-                                .into(),
-                    });
+                    return Err(Error::Unsavable { name: name.clone(), problem: UnsavableProblem::Meta });
                 }
                 Located::Tensor(tensor) => tensor.byte_len(),
                 Located::File(file, at) => file.entry_bytes(*at).len(),

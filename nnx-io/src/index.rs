@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, IndexProblem, Result, ShardProblem};
 use crate::mapped::MappedFile;
 
 /// A parsed shard index.
@@ -28,7 +28,7 @@ pub(crate) struct ShardIndex {
 /// Reads `weight_map` in order, refusing a name listed twice. The reason for a refusal is parked
 /// in `problem` so that it survives serde's error with its own wording.
 struct WeightMapVisitor<'a> {
-    problem: &'a mut Option<String>,
+    problem: &'a mut Option<IndexProblem>,
 }
 
 impl<'de> Visitor<'de> for WeightMapVisitor<'_> {
@@ -43,8 +43,7 @@ impl<'de> Visitor<'de> for WeightMapVisitor<'_> {
         let mut pairs = Vec::new();
         while let Some((name, shard)) = map.next_entry::<String, String>()? {
             if !seen.insert(name.clone()) {
-                *self.problem =
-                    Some(format!("`{name}` is listed twice in `weight_map`: an entry may be in one shard only"));
+                *self.problem = Some(IndexProblem::DuplicateName { name });
                 return Err(de::Error::custom("duplicate entry"));
             }
             pairs.push((name, shard));
@@ -68,11 +67,11 @@ impl ShardIndex {
     /// [`Error::Io`] when it cannot be read, [`Error::Index`] when it is not a usable index.
     pub(crate) fn read(path: &Path) -> Result<ShardIndex> {
         let text = std::fs::read_to_string(path).map_err(Error::io("read", path))?;
-        let invalid = |reason: String| Error::Index { path: path.to_path_buf(), reason };
-        let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|error| invalid(format!("not JSON ({error})")))?;
+        let invalid = |problem: IndexProblem| Error::Index { path: path.to_path_buf(), problem };
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|error| invalid(IndexProblem::NotJson { message: error.to_string() }))?;
         let serde_json::Value::Object(object) = value else {
-            return Err(invalid("the index is not a JSON object".into()));
+            return Err(invalid(IndexProblem::NotObject));
         };
         let mut metadata = BTreeMap::new();
         match object.get("metadata") {
@@ -86,17 +85,17 @@ impl ShardIndex {
                     metadata.insert(key.clone(), text);
                 }
             }
-            Some(_) => return Err(invalid("`metadata` is not an object".into())),
+            Some(_) => return Err(invalid(IndexProblem::MetadataNotObject)),
         }
         if !object.contains_key("weight_map") {
-            return Err(invalid("it has no `weight_map`: is it a shard index?".into()));
+            return Err(invalid(IndexProblem::NoWeightMap));
         }
         // Parse `weight_map` again from the text to keep its order and catch duplicate names,
         // which a JSON object silently drops.
         let mut problem = None;
         let pairs = weight_map_pairs(&text, &mut problem).map_err(|error| match problem.take() {
-            Some(reason) => invalid(reason),
-            None => invalid(format!("`weight_map` is not an object of strings ({error})")),
+            Some(problem) => invalid(problem),
+            None => invalid(IndexProblem::WeightMapNotStrings { message: error.to_string() }),
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut shards: Vec<PathBuf> = Vec::new();
@@ -105,9 +104,7 @@ impl ShardIndex {
         let mut lookup = HashMap::with_capacity(pairs.len());
         for (name, shard) in pairs {
             if shard.is_empty() || shard.contains('/') || shard.contains('\\') || shard == ".." {
-                return Err(invalid(format!(
-                    "`{name}` names shard `{shard}`, which is not a file name beside the index"
-                )));
+                return Err(invalid(IndexProblem::BadShardName { name, shard }));
             }
             let number = *shard_numbers.entry(shard.clone()).or_insert_with(|| {
                 shards.push(dir.join(&shard));
@@ -120,9 +117,9 @@ impl ShardIndex {
     }
 }
 
-fn weight_map_pairs(text: &str, problem: &mut Option<String>) -> serde_json::Result<Vec<(String, String)>> {
+fn weight_map_pairs(text: &str, problem: &mut Option<IndexProblem>) -> serde_json::Result<Vec<(String, String)>> {
     struct Top<'a> {
-        problem: &'a mut Option<String>,
+        problem: &'a mut Option<IndexProblem>,
     }
     impl<'de> Visitor<'de> for Top<'_> {
         type Value = Vec<(String, String)>;
@@ -138,7 +135,7 @@ fn weight_map_pairs(text: &str, problem: &mut Option<String>) -> serde_json::Res
                     // A JSON object keeps only one of two equal keys; which one differs between
                     // readers, so an index that has two weight maps is refused.
                     if pairs.is_some() {
-                        *self.problem = Some("`weight_map` appears twice: keep one weight map".into());
+                        *self.problem = Some(IndexProblem::WeightMapTwice);
                         return Err(de::Error::custom("duplicate weight map"));
                     }
                     pairs = Some(map.next_value_seed(WeightMapVisitor { problem: &mut *self.problem })?);
@@ -196,8 +193,8 @@ impl Shard {
         &self.index.shards[self.at]
     }
 
-    fn mismatch(&self, reason: String) -> Error {
-        Error::ShardMismatch { index: self.index.path.clone(), shard: self.path().to_path_buf(), reason }
+    fn mismatch(&self, problem: ShardProblem) -> Error {
+        Error::ShardMismatch { index: self.index.path.clone(), shard: self.path().to_path_buf(), problem }
     }
 
     /// Maps the shard and checks it against the index: an entry the index puts in another
@@ -216,11 +213,10 @@ impl Shard {
             if let Some(&other) = self.index.lookup.get(&entry.name)
                 && other != self.at
             {
-                return Err(self.mismatch(format!(
-                    "`{}` is in this shard but the index puts it in `{}`: a name may be in one shard only",
-                    entry.name,
-                    self.index.shards[other].display()
-                )));
+                return Err(self.mismatch(ShardProblem::ElsewhereInIndex {
+                    name: entry.name.clone(),
+                    other: self.index.shards[other].clone(),
+                }));
             }
             names.insert(entry.name.clone(), at);
         }
@@ -232,9 +228,7 @@ impl Shard {
         let (file, names) = self.open()?;
         match names.get(name) {
             Some(&at) => Ok((file, at)),
-            None => {
-                Err(self.mismatch(format!("the index puts `{name}` in this shard but the shard has no such entry")))
-            }
+            None => Err(self.mismatch(ShardProblem::MissingEntry { name: name.to_string() })),
         }
     }
 }

@@ -7,7 +7,7 @@
 
 mod archive;
 mod error;
-pub mod header;
+mod header;
 mod import;
 mod index;
 mod mapped;
@@ -16,7 +16,9 @@ pub mod sniff;
 mod write;
 
 pub use archive::{Archive, EntryInfo, EntryLocation};
-pub use error::{ConfigRule, Error, Result};
+pub use error::{
+    ConfigProblem, ConfigRule, Error, ExportProblem, IndexProblem, Result, ShardProblem, UnsavableProblem,
+};
 pub use header::HeaderProblem;
 pub use import::{
     HookContext, ImportError, ImportHook, ImportOptions, ImportPlan, ImportProblem, ImportReport, TensorParallel,

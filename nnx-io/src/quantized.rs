@@ -7,14 +7,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use nnx_core::quant::{
-    AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, AffineWeight, QuantizedLinear, SeedEncoding, SeedLinear, SeedWeight,
-};
+use nnx_core::quant::{AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, AffineWeight, SeedEncoding, SeedWeight};
+#[cfg(feature = "kernels")]
+use nnx_core::quant::{QuantizedLinear, SeedLinear};
 use nnx_core::{DType, Tensor};
 use serde_json::{Map, Value};
 
 use crate::archive::Archive;
-use crate::error::{ConfigRule, Error, Result};
+use crate::error::{ConfigProblem, ConfigRule, Error, Result};
 use crate::write::{SaveOptions, write_atomic};
 
 /// The overlay file of extra entries a NanoSeedLM folder may hold (per-layer MLA tensors).
@@ -127,20 +127,21 @@ impl QuantizationConfig {
         let Some(entry) = config.get("quantization").or_else(|| config.get("quantization_config")) else {
             return Ok(None);
         };
-        let problem = |reason: String| Error::Config { path: path.to_path_buf(), reason };
-        let object = entry.as_object().ok_or_else(|| problem("`quantization` must be an object".into()))?;
+        let problem = |problem: ConfigProblem| Error::Config { path: path.to_path_buf(), problem };
+        let object = entry.as_object().ok_or_else(|| problem(ConfigProblem::QuantizationNotObject))?;
         if let Some(mode) = object.get("mode").and_then(Value::as_str)
             && mode != "affine"
         {
-            return Err(problem(format!("quantization mode `{mode}` is not supported: nnx reads `affine`")));
+            return Err(problem(ConfigProblem::QuantizationMode { mode: mode.to_string() }));
         }
         let spec = |object: &Map<String, Value>, at: &str| -> Result<AffineSpec> {
             // Each value is checked against the supported ones while it is still a u64, so that
             // a value too wide for the spec's fields is refused rather than truncated.
-            let number = |key: &str, allowed: Vec<u64>| {
-                let found = object.get(key).and_then(Value::as_u64).ok_or_else(|| {
-                    problem(format!("`quantization{at}` needs an integer `{key}` (for example 4 bits, group size 64)"))
-                })?;
+            let number = |key: &'static str, allowed: Vec<u64>| {
+                let found = object
+                    .get(key)
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| problem(ConfigProblem::QuantizationField { at: at.to_string(), key }))?;
                 if allowed.contains(&found) {
                     Ok(found)
                 } else {
@@ -243,7 +244,7 @@ impl QuantizedFolder {
                 Some(text) => {
                     let entry: Value = serde_json::from_str(text).map_err(|error| Error::Config {
                         path: path.to_path_buf(),
-                        reason: format!("the `quantization` metadata is not JSON ({error})"),
+                        problem: ConfigProblem::QuantizationMetadataNotJson { message: error.to_string() },
                     })?;
                     Some(serde_json::json!({ "quantization": entry }))
                 }
@@ -271,7 +272,7 @@ impl QuantizedFolder {
             let text = std::fs::read_to_string(&config_path).map_err(Error::io("read", &config_path))?;
             Some(serde_json::from_str(&text).map_err(|error| Error::Config {
                 path: config_path.clone(),
-                reason: format!("not valid JSON ({error})"),
+                problem: ConfigProblem::NotJson { message: error.to_string() },
             })?)
         } else {
             None
@@ -433,6 +434,7 @@ impl QuantizedFolder {
         })
     }
 
+    #[cfg(feature = "kernels")]
     fn bias(&self, name: &str) -> Result<Option<Tensor>> {
         let entry = format!("{name}.bias");
         self.archive.contains(&entry).then(|| self.archive.try_get(&entry)).transpose()
@@ -442,6 +444,7 @@ impl QuantizedFolder {
     ///
     /// # Errors
     /// As [`QuantizedFolder::weight`]; [`Error::UnknownEncoding`] when the weight is not affine.
+    #[cfg(feature = "kernels")]
     pub fn quantized_linear(&self, name: &str) -> Result<QuantizedLinear> {
         match self.weight(name)? {
             EncodedWeight::Affine(weight) => {
@@ -456,6 +459,7 @@ impl QuantizedFolder {
     /// # Errors
     /// As [`QuantizedFolder::weight`]; [`Error::UnknownEncoding`] when the weight is not a seed
     /// weight.
+    #[cfg(feature = "kernels")]
     pub fn seed_linear(&self, name: &str) -> Result<SeedLinear> {
         match self.weight(name)? {
             EncodedWeight::Seed(weight) => SeedLinear::new(weight, self.bias(name)?).map_err(self.streams_error(name)),

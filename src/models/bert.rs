@@ -177,26 +177,28 @@ impl Bert {
     /// A model of `config`; [`Init::Meta`] allocates nothing, for importing.
     pub fn new(config: &BertConfig, dtype: DType, init: Init) -> Bert {
         let hidden = config.hidden_size;
-        let norm = || LayerNorm::new(hidden, true, config.layer_norm_eps, dtype, init);
-        let linear = |input: usize, output: usize, init: Init| Linear::new(input, output, true, dtype, init);
+        let norm = || LayerNorm::builder(hidden).eps(config.layer_norm_eps).dtype(dtype).init(init).build();
+        let linear =
+            |input: usize, output: usize, init: Init| Linear::builder(input, output).dtype(dtype).init(init).build();
+        let embedding = |rows: usize, init: Init| Embedding::builder(rows, hidden).dtype(dtype).init(init).build();
         Bert {
             embeddings: Embeddings {
-                words: Embedding::new(config.vocab_size, hidden, dtype, init.fork(1)),
-                positions: Embedding::new(config.max_position_embeddings, hidden, dtype, init.fork(2)),
-                token_types: Embedding::new(config.type_vocab_size, hidden, dtype, init.fork(3)),
+                words: embedding(config.vocab_size, init.at("embeddings.words")),
+                positions: embedding(config.max_position_embeddings, init.at("embeddings.positions")),
+                token_types: embedding(config.type_vocab_size, init.at("embeddings.token_types")),
                 norm: norm(),
             },
             layers: (0..config.num_hidden_layers)
                 .map(|layer| {
-                    let init = init.fork(100 + layer as u64);
+                    let init = init.at(&format!("layers.{layer}"));
                     Layer {
-                        q: linear(hidden, hidden, init.fork(1)),
-                        k: linear(hidden, hidden, init.fork(2)),
-                        v: linear(hidden, hidden, init.fork(3)),
-                        attn_out: linear(hidden, hidden, init.fork(4)),
+                        q: linear(hidden, hidden, init.at("q")),
+                        k: linear(hidden, hidden, init.at("k")),
+                        v: linear(hidden, hidden, init.at("v")),
+                        attn_out: linear(hidden, hidden, init.at("attn_out")),
                         attn_norm: norm(),
-                        up: linear(hidden, config.intermediate_size, init.fork(5)),
-                        down: linear(config.intermediate_size, hidden, init.fork(6)),
+                        up: linear(hidden, config.intermediate_size, init.at("up")),
+                        down: linear(config.intermediate_size, hidden, init.at("down")),
                         out_norm: norm(),
                     }
                 })

@@ -150,33 +150,35 @@ impl Gpt2 {
     /// A model of `config` in `dtype`; [`Init::Meta`] allocates nothing, for importing.
     pub fn new(config: &Gpt2Config, dtype: DType, init: Init) -> Gpt2 {
         let width = config.n_embd;
-        let linear = |input: usize, output: usize, init: Init| Linear::new(input, output, true, dtype, init);
-        let norm = || LayerNorm::new(width, true, config.layer_norm_epsilon, dtype, init);
+        let linear =
+            |input: usize, output: usize, init: Init| Linear::builder(input, output).dtype(dtype).init(init).build();
+        let norm = || LayerNorm::builder(width).eps(config.layer_norm_epsilon).dtype(dtype).init(init).build();
         let h = (0..config.n_layer)
             .map(|layer| {
-                let init = init.fork(100 + layer as u64);
+                let init = init.at(&format!("h.{layer}"));
                 Block {
                     ln_1: norm(),
                     attn: Attention {
-                        q: linear(width, width, init.fork(1)),
-                        k: linear(width, width, init.fork(2)),
-                        v: linear(width, width, init.fork(3)),
-                        out: linear(width, width, init.fork(4)),
+                        q: linear(width, width, init.at("attn.q")),
+                        k: linear(width, width, init.at("attn.k")),
+                        v: linear(width, width, init.at("attn.v")),
+                        out: linear(width, width, init.at("attn.out")),
                         heads: config.n_head,
                     },
                     ln_2: norm(),
                     mlp: Mlp {
-                        up: linear(width, config.inner(), init.fork(5)),
-                        down: linear(config.inner(), width, init.fork(6)),
+                        up: linear(width, config.inner(), init.at("mlp.up")),
+                        down: linear(config.inner(), width, init.at("mlp.down")),
                     },
                 }
             })
             .collect();
-        let wte = Embedding::new(config.vocab_size, width, dtype, init.fork(1));
+        let embedding = |rows: usize, init: Init| Embedding::builder(rows, width).dtype(dtype).init(init).build();
+        let wte = embedding(config.vocab_size, init.at("wte"));
         Gpt2 {
             lm_head: Linear { weight: wte.weight.clone(), bias: None },
             wte,
-            wpe: Embedding::new(config.n_positions, width, dtype, init.fork(2)),
+            wpe: embedding(config.n_positions, init.at("wpe")),
             h,
             ln_f: norm(),
             config: config.clone(),

@@ -206,33 +206,35 @@ impl Llama {
         let hidden = config.hidden_size;
         let (q_width, kv_width) =
             (config.num_attention_heads * config.head_dim(), config.kv_heads() * config.head_dim());
-        let linear = |input: usize, output: usize, init: Init| Linear::new(input, output, false, dtype, init);
-        let norm = || RmsNorm::new(hidden, config.rms_norm_eps, dtype, init);
+        let linear = |input: usize, output: usize, init: Init| {
+            Linear::builder(input, output).bias(false).dtype(dtype).init(init).build()
+        };
+        let norm = || RmsNorm::builder(hidden).eps(config.rms_norm_eps).dtype(dtype).init(init).build();
         let layers = (0..config.num_hidden_layers)
             .map(|layer| {
-                let init = init.fork(100 + layer as u64);
+                let init = init.at(&format!("layers.{layer}"));
                 Layer {
                     attn_norm: norm(),
                     attn: Attention {
-                        q: linear(hidden, q_width, init.fork(1)),
-                        k: linear(hidden, kv_width, init.fork(2)),
-                        v: linear(hidden, kv_width, init.fork(3)),
-                        o: linear(q_width, hidden, init.fork(4)),
+                        q: linear(hidden, q_width, init.at("attn.q")),
+                        k: linear(hidden, kv_width, init.at("attn.k")),
+                        v: linear(hidden, kv_width, init.at("attn.v")),
+                        o: linear(q_width, hidden, init.at("attn.o")),
                     },
                     mlp_norm: norm(),
                     mlp: Mlp {
-                        gate: linear(hidden, config.intermediate_size, init.fork(5)),
-                        up: linear(hidden, config.intermediate_size, init.fork(6)),
-                        down: linear(config.intermediate_size, hidden, init.fork(7)),
+                        gate: linear(hidden, config.intermediate_size, init.at("mlp.gate")),
+                        up: linear(hidden, config.intermediate_size, init.at("mlp.up")),
+                        down: linear(config.intermediate_size, hidden, init.at("mlp.down")),
                     },
                 }
             })
             .collect();
         Llama {
-            embed: Embedding::new(config.vocab_size, hidden, dtype, init.fork(1)),
+            embed: Embedding::builder(config.vocab_size, hidden).dtype(dtype).init(init.at("embed")).build(),
             layers,
             norm: norm(),
-            lm_head: linear(hidden, config.vocab_size, init.fork(2)),
+            lm_head: linear(hidden, config.vocab_size, init.at("lm_head")),
             config: config.clone(),
         }
     }

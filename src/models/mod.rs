@@ -18,7 +18,7 @@ pub(crate) fn read_config<T: serde::de::DeserializeOwned>(path: &Path) -> crate:
     })?;
     serde_json::from_str(&text).map_err(|error| crate::Error::Config {
         path: path.to_path_buf(),
-        reason: format!("{error}: check that it is the model's own `config.json`"),
+        problem: crate::ConfigProblem::NotModelConfig { message: error.to_string() },
     })
 }
 

@@ -8,7 +8,7 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 use super::bert::{Batch, Bert, BertConfig};
 use crate::nn::Init;
-use crate::{Archive, DType, Error, ImportReport, Result};
+use crate::{Archive, ConfigProblem, DType, Error, ImportReport, Result};
 
 /// The folder's own sequence limit, which differs from the one saved in `tokenizer.json`.
 #[derive(serde::Deserialize)]
@@ -28,7 +28,8 @@ impl SentenceEncoder {
     /// Loads the folder: the weights are imported as views of the mapped `model.safetensors`.
     ///
     /// # Errors
-    /// A missing or unreadable file (named), or weights that do not fit the configuration.
+    /// A missing or unreadable file (named), [`Error::Tokenizer`] for a `tokenizer.json` the
+    /// tokenizer cannot read, or [`Error::Load`] for weights that do not fit the configuration.
     pub fn from_folder(folder: impl AsRef<Path>) -> Result<SentenceEncoder> {
         let folder = folder.as_ref().to_path_buf();
         let config = BertConfig::from_file(folder.join("config.json"))?;
@@ -36,7 +37,10 @@ impl SentenceEncoder {
         let max_length = match std::fs::read_to_string(&sentence_config) {
             Ok(text) => {
                 let max_length = serde_json::from_str::<SentenceBertConfig>(&text)
-                    .map_err(|error| Error::Config { path: sentence_config.clone(), reason: error.to_string() })?
+                    .map_err(|error| Error::Config {
+                        path: sentence_config.clone(),
+                        problem: ConfigProblem::NotModelConfig { message: error.to_string() },
+                    })?
                     .max_seq_length;
                 super::Checks::new(&sentence_config).positive("max_seq_length", max_length)?;
                 max_length
@@ -44,13 +48,13 @@ impl SentenceEncoder {
             Err(_) => config.max_position_embeddings,
         };
         let tokenizer_path = folder.join("tokenizer.json");
-        let text_error = |reason: String| Error::Config { path: tokenizer_path.clone(), reason };
-        let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|error| text_error(error.to_string()))?;
+        let text_error = |source| Error::Tokenizer { path: tokenizer_path.clone(), source };
+        let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(text_error)?;
         // Padding is done per batch (to the longest sentence); truncation follows the model.
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
-            .map_err(|error| text_error(error.to_string()))?;
+            .map_err(text_error)?;
         let mut model = Bert::new(&config, DType::F32, Init::Meta);
         let report = Archive::open(&folder)?.import_into(&mut model, "")?;
         Ok(SentenceEncoder { tokenizer, model, folder, report })
@@ -74,12 +78,12 @@ impl SentenceEncoder {
     /// Token ids of each sentence, with the special tokens.
     ///
     /// # Errors
-    /// The tokenizer's error, as [`Error::Config`] naming `tokenizer.json`.
+    /// The tokenizer's error, as [`Error::Tokenizer`] naming `tokenizer.json`.
     pub fn tokenize(&self, sentences: &[&str]) -> Result<Vec<Vec<u32>>> {
         let encodings = self
             .tokenizer
             .encode_batch(sentences.to_vec(), true)
-            .map_err(|error| Error::Config { path: self.folder.join("tokenizer.json"), reason: error.to_string() })?;
+            .map_err(|source| Error::Tokenizer { path: self.folder.join("tokenizer.json"), source })?;
         Ok(encodings.iter().map(|encoding| encoding.get_ids().to_vec()).collect())
     }
 

@@ -33,11 +33,11 @@ impl Net {
             },
             blocks: (0..layers)
                 .map(|layer| Block {
-                    norm: LayerNorm::new(width, true, 1e-5, DType::F32, init),
-                    proj: Linear::new(width, width, true, DType::F32, init.fork(layer as u64)),
+                    norm: LayerNorm::builder(width).init(init).build(),
+                    proj: Linear::builder(width, width).init(init.at(&format!("blocks.{layer}.proj"))).build(),
                 })
                 .collect(),
-            head: Some(Linear::new(width, 3, false, DType::F32, init.fork(99))),
+            head: Some(Linear::builder(width, 3).bias(false).init(init.at("head")).build()),
             width,
         }
     }

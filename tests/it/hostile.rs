@@ -7,7 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::Path;
 
-use nnx::{Archive, Error, FileKind, HeaderProblem};
+use nnx::{Archive, Error, FileKind, HeaderProblem, ShardProblem};
 use proptest::prelude::*;
 
 use crate::util::{fixtures, scratch};
@@ -177,19 +177,19 @@ pub(crate) fn corpus() -> Vec<Case> {
         case(
             "header length over 100 MB in a small file",
             with_length(200_000_000, b"{}", &[]),
-            Problem(P::TooLarge { declared: 200_000_000 }),
+            Problem(P::TooLarge { declared: 200_000_000, limit: 100_000_000 }),
             &["200000000", "limit"],
         ),
         case(
             "header length u64::MAX",
             with_length(u64::MAX, b"{}", &[]),
-            Problem(P::TooLarge { declared: u64::MAX }),
+            Problem(P::TooLarge { declared: u64::MAX, limit: 100_000_000 }),
             &["18446744073709551615"],
         ),
         case(
             "header length one past the 100 MB limit",
             with_length(100_000_001, b"{}", &[]),
-            Problem(P::TooLarge { declared: 100_000_001 }),
+            Problem(P::TooLarge { declared: 100_000_001, limit: 100_000_000 }),
             &["100000001"],
         ),
         case(
@@ -620,8 +620,9 @@ fn index_error(index: &str, words: &str) {
     let path = sharded(dir.path(), index, &[("a.safetensors", &["x"])]);
     match Archive::open(&path) {
         Err(error @ Error::Index { .. }) => {
-            let Error::Index { path: at, reason } = &error else { unreachable!() };
+            let Error::Index { path: at, problem } = &error else { unreachable!() };
             assert_eq!(at, &path);
+            let reason = problem.to_string();
             assert!(reason.contains(words), "{reason}");
             let message = error.to_string();
             assert!(message.contains("model.safetensors.index.json") && message.contains(words), "{message}");
@@ -701,9 +702,12 @@ fn name_in_two_shards_is_a_mismatch() {
     let archive = Archive::open(&path).unwrap();
     match archive.try_get("x") {
         Err(error @ Error::ShardMismatch { .. }) => {
-            let Error::ShardMismatch { index, shard, reason } = &error else { unreachable!() };
+            let Error::ShardMismatch { index, shard, problem } = &error else { unreachable!() };
             assert_eq!(index, &path);
             assert_eq!(shard, &dir.path().join("a.safetensors"));
+            let ShardProblem::ElsewhereInIndex { name, other } = problem else { panic!("{problem:?}") };
+            assert_eq!((name.as_str(), other), ("y", &dir.path().join("b.safetensors")));
+            let reason = problem.to_string();
             assert!(reason.contains("`y`") && reason.contains("b.safetensors"), "{reason}");
             assert!(error.to_string().contains("a.safetensors"), "{error}");
         }
@@ -722,8 +726,10 @@ fn index_entry_missing_from_its_shard() {
     assert_eq!(archive.try_get("x").unwrap().to_vec::<f32>().unwrap(), [0.0]);
     match archive.try_get("z") {
         Err(error @ Error::ShardMismatch { .. }) => {
-            let Error::ShardMismatch { shard, reason, .. } = &error else { unreachable!() };
+            let Error::ShardMismatch { shard, problem, .. } = &error else { unreachable!() };
             assert_eq!(shard, &dir.path().join("a.safetensors"));
+            assert_eq!(problem, &ShardProblem::MissingEntry { name: "z".into() });
+            let reason = problem.to_string();
             assert!(reason.contains("`z`") && reason.contains("no such entry"), "{reason}");
         }
         other => panic!("expected ShardMismatch, got {other:?}"),

@@ -7,6 +7,7 @@ mod generate;
 mod hostile;
 mod hostile_readers;
 mod import;
+mod load_errors;
 mod minilm;
 mod models;
 mod python;

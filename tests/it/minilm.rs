@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use nnx::models::sentence::SentenceEncoder;
 
-use crate::util::{cache_dir, fixtures, json_field};
+use crate::util::{cache_dir, fixtures, json_field, max_abs_diff};
 
 /// The model folder: `NNX_MINILM`, else where `scripts/setup.sh` unpacks the wheel. A missing
 /// model fails the test with instructions; it is never skipped.
@@ -55,16 +55,15 @@ fn minilm_matches_sentence_transformers() {
     assert_eq!(embeddings.len(), reference.embeddings.len());
     for (at, (ours, theirs)) in embeddings.iter().zip(&reference.embeddings).enumerate() {
         let similarity = cosine(ours, theirs);
-        let max_diff = ours.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let max_diff = max_abs_diff(ours, theirs, &format!("embedding of sentence {at}"));
         assert!(similarity >= 0.99999, "sentence {at} {:?}: cosine {similarity}", sentences[at]);
         assert!(max_diff <= 1e-4, "sentence {at} {:?}: max abs difference {max_diff}", sentences[at]);
     }
     let worst = embeddings.iter().zip(&reference.embeddings).map(|(a, b)| cosine(a, b)).fold(1.0, f64::min);
     let widest = embeddings
         .iter()
-        .flatten()
-        .zip(reference.embeddings.iter().flatten())
-        .map(|(a, b)| (a - b).abs())
+        .zip(&reference.embeddings)
+        .map(|(ours, theirs)| max_abs_diff(ours, theirs, "embedding"))
         .fold(0.0f32, f32::max);
     println!("all-MiniLM-L6-v2: lowest cosine {worst:.8}, max abs difference {widest:e}");
     // The similarity table of the sentence-transformers quickstart.
@@ -80,9 +79,10 @@ fn padded_batches_give_the_embeddings_of_single_sentences() {
     let encoder = SentenceEncoder::from_folder(model_folder()).unwrap();
     let sentences = ["A man is eating food.", "Rust makes systems programming safe and fast.", ""];
     let together = encoder.encode(&sentences, 8).unwrap();
+    assert_eq!(together.len(), sentences.len());
     for (sentence, batched) in sentences.iter().zip(&together) {
         let alone = encoder.encode(&[sentence], 1).unwrap().remove(0);
-        let max_diff = alone.iter().zip(batched).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let max_diff = max_abs_diff(&alone, batched, sentence);
         assert!(max_diff < 1e-5, "{sentence:?}: padding changed the embedding by {max_diff}");
     }
 }

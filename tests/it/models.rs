@@ -15,8 +15,8 @@ pub struct Mlp {
 impl Mlp {
     pub fn new(input: usize, hidden: usize, output: usize, init: Init) -> Mlp {
         Mlp {
-            fc1: Linear::new(input, hidden, true, DType::F32, init.fork(1)),
-            fc2: Linear::new(hidden, output, true, DType::F32, init.fork(2)),
+            fc1: Linear::builder(input, hidden).init(init.at("fc1")).build(),
+            fc2: Linear::builder(hidden, output).init(init.at("fc2")).build(),
             hidden,
         }
     }
@@ -49,16 +49,16 @@ pub struct Containers {
 impl Containers {
     pub fn new(init: Init) -> Containers {
         Containers {
-            layers: (0..2).map(|layer| Mlp::new(4, 8, 4, init.fork(layer))).collect(),
+            layers: (0..2).map(|layer| Mlp::new(4, 8, 4, init.at(&format!("layers.{layer}")))).collect(),
             heads: [
-                Linear::new(4, 2, false, DType::F32, init.fork(7)),
-                Linear::new(4, 3, false, DType::BF16, init.fork(8)),
+                Linear::builder(4, 2).bias(false).init(init.at("heads.0")).build(),
+                Linear::builder(4, 3).bias(false).dtype(DType::BF16).init(init.at("heads.1")).build(),
             ],
-            adapter: Some(Linear::new(4, 4, true, DType::F16, init.fork(9))),
+            adapter: Some(Linear::builder(4, 4).dtype(DType::F16).init(init.at("adapter")).build()),
             missing: None,
             boxed: Box::new(Pair(
-                Linear::new(2, 2, true, DType::F32, init.fork(10)),
-                Linear::new(2, 1, false, DType::F32, init.fork(11)),
+                Linear::builder(2, 2).init(init.at("boxed.0")).build(),
+                Linear::builder(2, 1).bias(false).init(init.at("boxed.second")).build(),
             )),
             positions: match init {
                 Init::Meta => Tensor::meta(DType::I64, &[4]),

@@ -67,7 +67,9 @@ fn q4_round_trip_equals_the_library() {
     assert!(bytes(&decoded) == bytes(&expected.dequantize().unwrap()));
     let original = weight.to_vec::<f32>().unwrap();
     let scales = expected.scales.to_vec::<f32>().unwrap();
-    for (at, (a, b)) in decoded.to_vec::<f32>().unwrap().iter().zip(&original).enumerate() {
+    let decoded = decoded.to_vec::<f32>().unwrap();
+    assert_eq!(decoded.len(), original.len(), "restored values");
+    for (at, (a, b)) in decoded.iter().zip(&original).enumerate() {
         assert!((a - b).abs() <= scales[at / 64].abs() + 1e-6, "{a} vs {b}");
     }
 }

@@ -44,3 +44,10 @@ pub fn run_nnx<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (i32, String, String) {
 pub fn json_field<T: serde::de::DeserializeOwned>(value: &serde_json::Value, key: &str) -> T {
     serde_json::from_value(value[key].clone()).unwrap_or_else(|error| panic!("reference field `{key}`: {error}"))
 }
+
+/// The largest absolute difference between `ours` and `expected`, after checking that they
+/// have the same length (a zip alone would silently compare a prefix).
+pub fn max_abs_diff(ours: &[f32], expected: &[f32], what: &str) -> f32 {
+    assert_eq!(ours.len(), expected.len(), "{what}: {} values, the reference has {}", ours.len(), expected.len());
+    ours.iter().zip(expected).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max)
+}

@@ -6,15 +6,20 @@
 //! across threads with rayon. Operands are read through their strides where that saves a copy:
 //! a transposed weight goes into matmul as it is.
 
+#[cfg(feature = "kernels")]
 mod attention;
+#[cfg(feature = "kernels")]
 mod elementwise;
+#[cfg(feature = "kernels")]
 mod matmul;
+#[cfg(feature = "kernels")]
 mod norm;
 
 use crate::error::{Error, Result};
 use crate::{DType, Tensor};
 
 /// Element count above which a kernel splits its rows across threads.
+#[cfg(feature = "kernels")]
 pub(crate) const PARALLEL_ELEMENTS: usize = 1 << 16;
 
 /// An f32 view of a tensor: a contiguous f32 block holding its elements and the stride of each
@@ -23,12 +28,14 @@ pub(crate) const PARALLEL_ELEMENTS: usize = 1 << 16;
 /// A tensor whose elements are one dense block in some axis order (a contiguous tensor, a
 /// transpose or permutation of one) is read in place when it is f32 and converted without a
 /// gather otherwise; other views are made contiguous first.
+#[cfg(feature = "kernels")]
 pub(crate) struct Dense {
     block: Tensor,
     shape: Vec<usize>,
     strides: Vec<usize>,
 }
 
+#[cfg(feature = "kernels")]
 impl Dense {
     /// The f32 view of `tensor`, for the operation `op` (named in errors).
     pub(crate) fn new(tensor: &Tensor, op: &'static str) -> Result<Dense> {
@@ -110,6 +117,7 @@ pub(crate) fn f32_tensor(values: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
 }
 
 /// The shape two shapes broadcast to under numpy's rules, or `None` when they do not.
+#[cfg(feature = "kernels")]
 pub(crate) fn broadcast_shape(lhs: &[usize], rhs: &[usize]) -> Option<Vec<usize>> {
     let rank = lhs.len().max(rhs.len());
     let mut shape = vec![0; rank];
@@ -128,6 +136,7 @@ pub(crate) fn broadcast_shape(lhs: &[usize], rhs: &[usize]) -> Option<Vec<usize>
 
 /// The strides that read an operand of `shape` and `strides` as if it had the broadcast shape
 /// `to`: missing leading axes and axes of size 1 that grow get stride 0.
+#[cfg(feature = "kernels")]
 pub(crate) fn broadcast_strides(shape: &[usize], strides: &[usize], to: &[usize]) -> Vec<usize> {
     let lead = to.len() - shape.len();
     (0..to.len())
@@ -139,6 +148,7 @@ pub(crate) fn broadcast_strides(shape: &[usize], strides: &[usize], to: &[usize]
 }
 
 /// The offset of the element at flat row-major index `flat` of `shape`, through `strides`.
+#[cfg(feature = "kernels")]
 pub(crate) fn strided_offset(mut flat: usize, shape: &[usize], strides: &[usize]) -> usize {
     let mut at = 0;
     for (&size, &stride) in shape.iter().zip(strides).rev() {
@@ -160,6 +170,7 @@ pub(crate) fn last_axis(shape: &[usize], op: &'static str) -> Result<usize> {
 }
 
 /// The values of a rank-1 parameter (`weight`, `bias`) of `width` elements, as f32.
+#[cfg(feature = "kernels")]
 pub(crate) fn parameter(
     tensor: Option<&Tensor>,
     width: usize,

@@ -7,32 +7,32 @@ use super::check_stream;
 use super::matmul::fused_matmul;
 use super::seed::{SeedEncoding, SeedWeight};
 use crate::error::{Error, Result};
-use crate::module::{Field, ImportRule, Module, Step, Visitor, VisitorMut};
+use crate::module::{FieldInfo, ImportRule, Module, PathStep, Visitor, VisitorMut};
 use crate::nn::Linear;
 use crate::{DType, HoldsTensors, Tensor};
 
-const fn field(name: &'static str) -> Field {
-    Field { ident: name, segment: name, rule: ImportRule::NONE }
+const fn field(name: &'static str) -> FieldInfo {
+    FieldInfo { ident: name, segment: name, rule: ImportRule::NONE }
 }
 
-const WEIGHT: Field = field("weight");
-const SCALES: Field = field("scales");
-const BIASES: Field = field("biases");
-const BIAS: Field = field("bias");
-const SEEDS: Field = field("seeds");
-const NIBBLES: Field = field("nibbles");
-const COEFS: Field = field("coefs");
-const EXP_BIAS: Field = field("exp_bias");
-const CODES: Field = field("codes");
+const WEIGHT: FieldInfo = field("weight");
+const SCALES: FieldInfo = field("scales");
+const BIASES: FieldInfo = field("biases");
+const BIAS: FieldInfo = field("bias");
+const SEEDS: FieldInfo = field("seeds");
+const NIBBLES: FieldInfo = field("nibbles");
+const COEFS: FieldInfo = field("coefs");
+const EXP_BIAS: FieldInfo = field("exp_bias");
+const CODES: FieldInfo = field("codes");
 
-fn visit(visitor: &mut dyn Visitor, field: &'static Field, tensor: &Tensor) {
-    visitor.enter(Step::Field(field));
+fn visit(visitor: &mut dyn Visitor, field: &'static FieldInfo, tensor: &Tensor) {
+    visitor.enter(PathStep::Field(field));
     visitor.tensor(tensor);
     visitor.leave();
 }
 
-fn visit_mut(visitor: &mut dyn VisitorMut, field: &'static Field, tensor: &mut Tensor) {
-    visitor.enter(Step::Field(field));
+fn visit_mut(visitor: &mut dyn VisitorMut, field: &'static FieldInfo, tensor: &mut Tensor) {
+    visitor.enter(PathStep::Field(field));
     visitor.tensor(tensor);
     visitor.leave();
 }

@@ -16,11 +16,14 @@
 //! ```
 
 mod affine;
+#[cfg(feature = "kernels")]
 mod linear;
+#[cfg(feature = "kernels")]
 mod matmul;
 mod seed;
 
 pub use affine::{AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, AffineWeight};
+#[cfg(feature = "kernels")]
 pub use linear::{QuantizedLinear, SeedLinear};
 pub use seed::{
     BLOCK, EncodeOptions, R32, SeedEncoding, SeedWeight, lfsr_states, lfsr_step, pack_seed_codes, seed_exp_bias,

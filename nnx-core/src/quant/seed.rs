@@ -377,6 +377,7 @@ pub(crate) struct SeedDecoder {
 
 impl SeedDecoder {
     /// The width of a row.
+    #[cfg(feature = "kernels")]
     pub(crate) fn columns(&self) -> usize {
         self.columns
     }

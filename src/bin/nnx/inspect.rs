@@ -42,7 +42,7 @@ pub fn run(path: &std::path::Path, json: bool) -> nnx::Result<String> {
     let header = ["name", "dtype", "shape", "bytes", "offsets", "file"];
     let columns = if sharded { 6 } else { 5 };
     let rows: Vec<Vec<String>> = rows.into_iter().map(|row| row[..columns].to_vec()).collect();
-    out.push_str(&nnx::render_columns(&header[..columns], &rows));
+    out.push_str(&nnx::__private::render_columns(&header[..columns], &rows));
     out.push_str(&format!("total: {} entries, {total} bytes\n", entries.len()));
     Ok(out)
 }

@@ -1,0 +1,462 @@
+//! Planning an import from headers alone: one [`Action`] or one [`Problem`] per model tensor,
+//! decided by [`Planner::plan_row`], and the plan's table.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+
+use nnx_core::__private::{for_each_entry, join, render_columns, suggest, under_prefix};
+use nnx_core::{
+    DType, ImportOp, LoadAction, LoadError, Module, OpChain, Problem, ProblemKind, ProblemSource, SourceOp,
+};
+
+use super::{Hook, ImportOptions};
+use crate::archive::Archive;
+use crate::error::Result;
+
+/// How one model tensor gets its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Action {
+    /// Read the source entry, apply the ops, cut along `parallel_axis` for the placement, cast
+    /// to `cast`.
+    Read {
+        /// The model's float dtype, when the entry is another float.
+        cast: Option<DType>,
+        /// The axis the placement cuts, if any.
+        parallel_axis: Option<usize>,
+    },
+    /// The same tensor as the model tensor at this path.
+    Tie(String),
+    /// Given by the hook at this position of [`ImportOptions`]'s hooks.
+    Hook(usize),
+    /// Optional and absent: keep the value.
+    Keep,
+    /// Found a problem; nothing will be done.
+    Invalid,
+}
+
+/// The plan for one model tensor: what the walk says about it, what the headers say, and the
+/// action decided.
+#[derive(Debug, Clone)]
+pub(super) struct Row {
+    pub(super) name: String,
+    pub(super) source: String,
+    pub(super) ops: Vec<ImportOp>,
+    optional: bool,
+    required: Option<DType>,
+    tie: Option<String>,
+    pub(super) model_dtype: DType,
+    pub(super) model_shape: Vec<usize>,
+    stored: Option<(DType, Vec<usize>)>,
+    pub(super) action: Action,
+}
+
+/// An import planned from headers: what each model tensor reads and how, without reading data.
+#[derive(Debug, Clone)]
+pub struct ImportPlan {
+    origin: String,
+    target: String,
+    pub(super) rows: Vec<Row>,
+    pub(super) problems: Vec<Problem>,
+    pub(super) unused: Vec<String>,
+}
+
+/// The import operations as data for a [`Problem`].
+pub(super) fn source_ops(ops: &[ImportOp]) -> Vec<SourceOp> {
+    ops.iter()
+        .map(|op| match op {
+            ImportOp::Split(split) => SourceOp::Split { axis: split.axis, index: split.index, parts: split.parts },
+            ImportOp::Transpose => SourceOp::Transpose,
+        })
+        .collect()
+}
+
+/// Applies the ops to a stored shape: the shape the model tensor will have, or what is wrong.
+fn apply_shape(ops: &[ImportOp], shape: &[usize]) -> Result<Vec<usize>, ProblemKind> {
+    let mut shape = shape.to_vec();
+    for op in ops {
+        match op {
+            ImportOp::Split(split) => {
+                let axis = resolve_axis(split.axis, shape.len())
+                    .ok_or(ProblemKind::SplitAxisOutOfRange { axis: split.axis, rank: shape.len() })?;
+                if !shape[axis].is_multiple_of(split.parts) {
+                    return Err(ProblemKind::NotDivisible { axis: split.axis, size: shape[axis], parts: split.parts });
+                }
+                shape[axis] /= split.parts;
+            }
+            ImportOp::Transpose => {
+                let rank = shape.len();
+                if rank >= 2 {
+                    shape.swap(rank - 2, rank - 1);
+                }
+            }
+        }
+    }
+    Ok(shape)
+}
+
+/// `axis` (negative counts from the end) as an index into `rank` axes, if it is one.
+pub(super) fn resolve_axis(axis: isize, rank: usize) -> Option<usize> {
+    let resolved = if axis < 0 { rank as isize + axis } else { axis };
+    (0..rank as isize).contains(&resolved).then_some(resolved as usize)
+}
+
+/// Finds the deepest numbered path prefix of `source` that no entry lies under, such as
+/// `transformer.h.12` when the file has layers 0 to 11: that prefix, and the problem naming
+/// the layers the file does have.
+fn missing_subtree(archive: &Archive, source: &str) -> Option<(String, ProblemKind)> {
+    let segments: Vec<&str> = source.split('.').collect();
+    for end in 1..segments.len() {
+        if segments[end - 1].parse::<usize>().is_err() {
+            continue;
+        }
+        let prefix = segments[..end].join(".");
+        if archive.names().any(|name| under_prefix(name, &prefix).is_some()) {
+            continue;
+        }
+        let parent = segments[..end - 1].join(".");
+        let indices: BTreeSet<usize> = archive
+            .names()
+            .filter_map(|name| under_prefix(name, &parent))
+            .filter_map(|rest| rest.split('.').next()?.parse().ok())
+            .collect();
+        let present = indices.first().zip(indices.last()).map(|(first, last)| (*first, *last));
+        return Some((prefix, ProblemKind::MissingSubtree { parent, present }));
+    }
+    None
+}
+
+/// The model path prefix that corresponds to the missing source `subtree` of one tensor: the
+/// model name with as many trailing segments removed as the source has below the subtree.
+fn model_prefix_for(name: &str, source: &str, subtree: &str) -> String {
+    let below = source.split('.').count() - subtree.split('.').count();
+    let segments: Vec<&str> = name.split('.').collect();
+    segments[..segments.len().saturating_sub(below).max(1)].join(".")
+}
+
+/// What every row is planned against: the archive, the options and the model's tensors.
+struct Planner<'a> {
+    archive: &'a Archive,
+    options: &'a ImportOptions,
+    /// Model path -> (dtype, shape), for ties.
+    model: HashMap<&'a str, (DType, &'a [usize])>,
+    /// The model paths in walk order, for suggestions.
+    names: Vec<&'a str>,
+    /// Model path -> hook position.
+    hooks: HashMap<&'a str, usize>,
+}
+
+impl Planner<'_> {
+    /// The action for one model tensor, or the one problem that stops it. Reads nothing but
+    /// the headers already looked up in `row.stored`.
+    fn plan_row(&self, row: &Row) -> Result<Action, Box<Problem>> {
+        if let Some(&at) = self.hooks.get(row.name.as_str()) {
+            return Ok(Action::Hook(at));
+        }
+        if let Some(target) = &row.tie {
+            return self.plan_tie(row, target);
+        }
+        let Some((dtype, shape)) = &row.stored else {
+            if row.optional {
+                return Ok(Action::Keep);
+            }
+            if let Some((subtree, kind)) = missing_subtree(self.archive, &row.source) {
+                let source = ProblemSource::Entry { name: subtree.clone(), stored: None, ops: Vec::new() };
+                let name = model_prefix_for(&row.name, &row.source, &subtree);
+                return Err(Box::new(Problem::new(name, kind).with_source(source)));
+            }
+            let kind = ProblemKind::Missing { suggestion: suggest(&row.source, self.archive.names()) };
+            let source = ProblemSource::Entry { name: row.source.clone(), stored: None, ops: source_ops(&row.ops) };
+            return Err(Box::new(Problem::new(&row.name, kind).with_source(source)));
+        };
+        let (dtype, shape) = (*dtype, shape.as_slice());
+        let fail = |kind: ProblemKind| {
+            let source = ProblemSource::Entry {
+                name: row.source.clone(),
+                stored: Some((dtype, shape.to_vec())),
+                ops: source_ops(&row.ops),
+            };
+            Err(Box::new(Problem::new(&row.name, kind).with_source(source)))
+        };
+        let strided = row
+            .ops
+            .iter()
+            .any(|op| matches!(op, ImportOp::Split(_)) || (*op == ImportOp::Transpose && shape.len() >= 2));
+        if strided && dtype.size_in_bytes().is_none() {
+            return fail(ProblemKind::SubByte { dtype });
+        }
+        let mut result = match apply_shape(&row.ops, shape) {
+            Ok(result) => result,
+            Err(kind) => return fail(kind),
+        };
+        let mut parallel_axis = None;
+        if let Some(placement) = &self.options.placement
+            && let Some(axis) = placement.axis(&row.name, result.len())
+        {
+            if placement.world_size == 0
+                || !result[axis].is_multiple_of(placement.world_size)
+                || placement.rank >= placement.world_size
+            {
+                return fail(ProblemKind::NotDivisibleForRank {
+                    axis,
+                    size: result[axis],
+                    world_size: placement.world_size,
+                    rank: placement.rank,
+                });
+            }
+            result[axis] /= placement.world_size;
+            parallel_axis = Some(axis);
+        }
+        if let Some(required) = row.required
+            && (dtype != required || row.model_dtype != required)
+        {
+            let found = if dtype != required { dtype } else { row.model_dtype };
+            return fail(ProblemKind::RequiredDType { required, found });
+        }
+        let cast = if dtype == row.model_dtype {
+            None
+        } else if dtype.is_castable_float() && row.model_dtype.is_castable_float() && row.required.is_none() {
+            Some(row.model_dtype)
+        } else {
+            return fail(ProblemKind::NotCastable { expected: row.model_dtype, found: dtype });
+        };
+        if result != row.model_shape {
+            return fail(ProblemKind::Shape { expected: row.model_shape.clone(), found: result });
+        }
+        Ok(Action::Read { cast, parallel_axis })
+    }
+
+    /// A tie: the target must be a tensor of the model with the same dtype and shape.
+    fn plan_tie(&self, row: &Row, target: &str) -> Result<Action, Box<Problem>> {
+        let problem =
+            |kind| Box::new(Problem::new(&row.name, kind).with_source(ProblemSource::Tie { target: target.into() }));
+        match self.model.get(target) {
+            None => Err(problem(ProblemKind::TieTargetMissing {
+                target: target.into(),
+                suggestion: suggest(target, self.names.iter().copied()),
+            })),
+            Some(&(dtype, shape)) if dtype != row.model_dtype || shape != row.model_shape.as_slice() => {
+                Err(problem(ProblemKind::TieMismatch {
+                    expected_dtype: row.model_dtype,
+                    expected_shape: row.model_shape.clone(),
+                    found_dtype: dtype,
+                    found_shape: shape.to_vec(),
+                }))
+            }
+            Some(_) => Ok(Action::Tie(target.into())),
+        }
+    }
+
+    /// The problems of one hook: a path that is no tensor of the model, entries it reads that
+    /// the archive lacks.
+    fn plan_hook(&self, hook: &Hook, prefix: &str) -> Result<Vec<Problem>> {
+        let mut problems = Vec::new();
+        if !self.model.contains_key(hook.name.as_str()) {
+            let suggestion = suggest(&hook.name, self.names.iter().copied());
+            problems.push(Problem::new(&hook.name, ProblemKind::HookTargetMissing { suggestion }));
+        }
+        for read in &hook.reads {
+            let full = join(prefix, read);
+            if self.archive.spec(&full)?.is_none() {
+                let source = ProblemSource::Entry { name: full, stored: None, ops: Vec::new() };
+                problems.push(Problem::new(&hook.name, ProblemKind::HookReadMissing).with_source(source));
+            }
+        }
+        Ok(problems)
+    }
+}
+
+impl ImportPlan {
+    /// Whether the import would succeed.
+    pub fn is_valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// Every problem found.
+    pub fn problems(&self) -> &[Problem] {
+        &self.problems
+    }
+
+    /// Entries under the prefix that the model does not read.
+    pub fn unused(&self) -> &[String] {
+        &self.unused
+    }
+
+    /// The refusal of this plan, with every problem.
+    pub(super) fn error(&self) -> LoadError {
+        LoadError {
+            action: LoadAction::Import,
+            source: self.origin.clone(),
+            target: self.target.clone(),
+            problems: self.problems.clone(),
+        }
+    }
+}
+
+impl fmt::Display for ImportPlan {
+    /// A table of model path <- source entry, operations, dtype, shape and bytes, then the
+    /// entries left unused and the problems.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rows = Vec::new();
+        let mut entries = HashSet::new();
+        let mut total = 0u64;
+        for row in &self.rows {
+            if let (Action::Read { .. }, Some((dtype, shape))) = (&row.action, &row.stored)
+                && entries.insert(row.source.as_str())
+            {
+                total += dtype.storage_bytes(shape.iter().product::<usize>() as u64).unwrap_or(0);
+            }
+            let blank = || (String::new(), String::new(), String::new(), String::new());
+            let (source, (ops, dtype, shape, bytes)) = match (&row.action, &row.stored) {
+                (Action::Tie(target), _) => (ProblemSource::Tie { target: target.clone() }.to_string(), blank()),
+                (Action::Hook(_), _) => (ProblemSource::Hook { source: row.source.clone() }.to_string(), blank()),
+                (Action::Keep, _) => (format!("{} (absent, optional)", row.source), blank()),
+                (action, Some((dtype, shape))) => {
+                    // Bytes this tensor reads: its piece of the entry, before any cast.
+                    let elements: usize = row.model_shape.iter().product();
+                    let bytes = dtype.storage_bytes(elements as u64).unwrap_or(0);
+                    let ops = source_ops(&row.ops);
+                    let mut ops = OpChain { ops: &ops, rank: shape.len() }.to_string().trim_start().to_string();
+                    if let Action::Read { parallel_axis: Some(axis), .. } = action {
+                        ops.push_str(&format!("{}shard(axis {axis})", if ops.is_empty() { "" } else { " " }));
+                    }
+                    let dtype_text = if *dtype == row.model_dtype {
+                        dtype.to_string()
+                    } else {
+                        format!("{dtype} -> {}", row.model_dtype)
+                    };
+                    (row.source.clone(), (ops, dtype_text, format!("{shape:?}"), bytes.to_string()))
+                }
+                (_, None) => (row.source.clone(), (String::new(), "?".into(), "?".into(), String::new())),
+            };
+            rows.push(vec![row.name.clone(), "<-".into(), source, ops, dtype, shape, bytes]);
+        }
+        writeln!(
+            f,
+            "import {} into `{}`: {} tensors from {} entries ({total} bytes)",
+            self.origin,
+            self.target,
+            self.rows.len(),
+            entries.len()
+        )?;
+        f.write_str(&render_columns(&["model", "", "source", "ops", "dtype", "stored shape", "bytes"], &rows))?;
+        if !self.unused.is_empty() {
+            writeln!(f, "unused entries ({}):", self.unused.len())?;
+            for name in &self.unused {
+                writeln!(f, "  {name}")?;
+            }
+        }
+        if !self.problems.is_empty() {
+            writeln!(f, "problems ({}):", self.problems.len())?;
+            for problem in &self.problems {
+                writeln!(f, "  {problem}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Archive {
+    /// Plans importing `module` from the entries under `prefix`, reading headers only: what
+    /// each tensor reads, the operations on the way, and every problem.
+    ///
+    /// # Errors
+    /// Only the error of opening a shard; problems with the mapping are in the plan.
+    pub fn import_plan<M: Module + ?Sized>(&self, module: &M, prefix: &str) -> Result<ImportPlan> {
+        self.plan(module, prefix, &ImportOptions::default())
+    }
+
+    pub(super) fn plan<M: Module + ?Sized>(
+        &self,
+        module: &M,
+        prefix: &str,
+        options: &ImportOptions,
+    ) -> Result<ImportPlan> {
+        let mut rows = Vec::new();
+        for_each_entry(module, |slot, tensor| {
+            rows.push(Row {
+                name: slot.name.to_string(),
+                source: join(prefix, slot.source),
+                ops: slot.ops.to_vec(),
+                optional: slot.optional,
+                required: slot.dtype,
+                tie: slot.tie.map(str::to_string),
+                model_dtype: tensor.dtype(),
+                model_shape: tensor.shape().to_vec(),
+                stored: None,
+                action: Action::Invalid,
+            });
+        });
+        let hooked: HashSet<&str> = options.hooks.iter().map(|hook| hook.name.as_str()).collect();
+        let mut used: HashSet<String> = HashSet::new();
+        for row in &mut rows {
+            if row.tie.is_none() && !hooked.contains(row.name.as_str()) {
+                row.stored = self.spec(&row.source)?;
+                if row.stored.is_some() {
+                    used.insert(row.source.clone());
+                }
+            }
+        }
+
+        let planner = Planner {
+            archive: self,
+            options,
+            model: rows.iter().map(|row| (row.name.as_str(), (row.model_dtype, row.model_shape.as_slice()))).collect(),
+            names: rows.iter().map(|row| row.name.as_str()).collect(),
+            hooks: options.hooks.iter().enumerate().map(|(at, hook)| (hook.name.as_str(), at)).collect(),
+        };
+        // Problems in walk order, hooks first; a missing subtree is reported once.
+        let mut problems = Vec::new();
+        for hook in &options.hooks {
+            problems.extend(planner.plan_hook(hook, prefix)?);
+            used.extend(hook.reads.iter().map(|read| join(prefix, read)));
+        }
+        let mut reported_subtrees: HashSet<String> = HashSet::new();
+        let planned: Vec<Result<Action, Box<Problem>>> = rows.iter().map(|row| planner.plan_row(row)).collect();
+        for (row, planned) in rows.iter_mut().zip(planned) {
+            row.action = match planned {
+                Ok(action) => action,
+                Err(problem) => {
+                    let repeated = match (&problem.kind, &problem.source) {
+                        (ProblemKind::MissingSubtree { .. }, Some(ProblemSource::Entry { name, .. })) => {
+                            !reported_subtrees.insert(name.clone())
+                        }
+                        _ => false,
+                    };
+                    if !repeated {
+                        problems.push(*problem);
+                    }
+                    Action::Invalid
+                }
+            };
+        }
+
+        let unused: Vec<String> = self
+            .names()
+            .filter(|name| under_prefix(name, prefix).is_some() && !used.contains(*name))
+            .map(str::to_string)
+            .collect();
+        if options.strict_coverage {
+            problems.extend(unused.iter().map(|name| Problem::new(name, ProblemKind::Unused)));
+        }
+        Ok(ImportPlan {
+            origin: self.origin().to_string(),
+            target: module.module_name().to_string(),
+            rows,
+            problems,
+            unused,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_prefixes_follow_the_source() {
+        assert_eq!(
+            model_prefix_for("h.12.attn.q.weight", "transformer.h.12.attn.c_attn.weight", "transformer.h.12"),
+            "h.12"
+        );
+    }
+}
