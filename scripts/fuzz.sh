@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Fuzzes nnx's readers with cargo-fuzz (nightly, libFuzzer): builds every target in fuzz/, then
+# runs each for SECONDS seconds (default 60), one at a time, from the seed corpus in
+# fuzz/corpus/<target>/. Fails as soon as a target crashes; the crashing input is left in
+# fuzz/artifacts/<target>/ (see fuzz/README.md for reproducing and minimizing it).
+#
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (all targets when none are named)
+# Needs cargo-fuzz (`cargo install cargo-fuzz --locked`) and the nightly toolchain.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds="${1:-60}"
+shift || true
+targets=("$@")
+if [ "${#targets[@]}" -eq 0 ]; then
+  targets=(header index quantized config)
+fi
+
+# New inputs go to a scratch corpus, so that the committed seeds stay as they are; the targets
+# write their files in a scratch folder of their own, removed on exit.
+base=/dev/shm
+[ -d "$base" ] && [ -w "$base" ] || base="${TMPDIR:-/tmp}"
+work="$(mktemp -d "$base/nnx-fuzz.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+export NNX_FUZZ_DIR="$work"
+
+cargo +nightly fuzz build --fuzz-dir fuzz
+for target in "${targets[@]}"; do
+  echo "== fuzzing \`$target\` for ${seconds}s"
+  mkdir -p "$work/corpus/$target"
+  cargo +nightly fuzz run --fuzz-dir fuzz "$target" "$work/corpus/$target" "fuzz/corpus/$target" -- \
+    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+done
+echo "== no crash in ${targets[*]}"
