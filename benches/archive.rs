@@ -75,8 +75,9 @@ struct Llama {
 impl Llama {
     /// A model of meta tensors: dtypes and shapes, no storage.
     fn meta() -> Llama {
-        let linear = |inputs, outputs| Linear::new(inputs, outputs, false, DType::BF16, Init::Meta);
-        let norm = || RmsNorm::new(HIDDEN, 1e-5, DType::BF16, Init::Meta);
+        let linear =
+            |inputs, outputs| Linear::builder(inputs, outputs).bias(false).dtype(DType::BF16).init(Init::Meta).build();
+        let norm = || RmsNorm::builder(HIDDEN).eps(1e-5).dtype(DType::BF16).init(Init::Meta).build();
         let layer = || DecoderLayer {
             self_attn: Attention {
                 q_proj: linear(HIDDEN, HIDDEN),
@@ -93,7 +94,7 @@ impl Llama {
             post_attention_layernorm: norm(),
         };
         Llama {
-            embed_tokens: Embedding::new(VOCAB, HIDDEN, DType::BF16, Init::Meta),
+            embed_tokens: Embedding::builder(VOCAB, HIDDEN).dtype(DType::BF16).init(Init::Meta).build(),
             layers: (0..LAYERS).map(|_| layer()).collect(),
             norm: norm(),
         }

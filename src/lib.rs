@@ -76,6 +76,11 @@ pub use nnx_core::{Entry, Field, Op, Step};
 #[doc(hidden)]
 pub use nnx_core::__private;
 
+// The README's code runs as a doctest, so what it shows compiles and works.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// The names most programs need: `use nnx::prelude::*;`.
 pub mod prelude {
     pub use crate::nn::{Embedding, Init, LayerNorm, Linear, RmsNorm};

@@ -209,6 +209,9 @@ impl Linear {
     ///
     /// # Panics
     /// When `init` is [`Init::Seeded`] and `dtype` is not a float dtype.
+    #[deprecated(
+        note = "use `Linear::builder(in_features, out_features)`, naming only the options that differ from the defaults"
+    )]
     pub fn new(in_features: usize, out_features: usize, bias: bool, dtype: DType, init: Init) -> Linear {
         Linear::builder(in_features, out_features).bias(bias).dtype(dtype).init(init).build()
     }
@@ -281,6 +284,9 @@ impl Embedding {
     ///
     /// # Panics
     /// When `init` is [`Init::Seeded`] and `dtype` is not a float dtype.
+    #[deprecated(
+        note = "use `Embedding::builder(num_embeddings, embedding_dim)`, naming only the options that differ from the defaults"
+    )]
     pub fn new(num_embeddings: usize, embedding_dim: usize, dtype: DType, init: Init) -> Embedding {
         Embedding::builder(num_embeddings, embedding_dim).dtype(dtype).init(init).build()
     }
@@ -355,6 +361,7 @@ impl LayerNorm {
     }
 
     /// Shorthand for [`LayerNorm::builder`] with every option given.
+    #[deprecated(note = "use `LayerNorm::builder(dim)`, naming only the options that differ from the defaults")]
     pub fn new(dim: usize, bias: bool, eps: f32, dtype: DType, init: Init) -> LayerNorm {
         LayerNorm::builder(dim).bias(bias).eps(eps).dtype(dtype).init(init).build()
     }
@@ -413,6 +420,7 @@ impl RmsNorm {
     }
 
     /// Shorthand for [`RmsNorm::builder`] with every option given.
+    #[deprecated(note = "use `RmsNorm::builder(dim)`, naming only the options that differ from the defaults")]
     pub fn new(dim: usize, eps: f32, dtype: DType, init: Init) -> RmsNorm {
         RmsNorm::builder(dim).eps(eps).dtype(dtype).init(init).build()
     }

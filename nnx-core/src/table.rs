@@ -57,8 +57,8 @@ pub fn render_columns(header: &[&str], rows: &[Vec<String>]) -> String {
 ///
 /// # Examples
 /// ```
-/// use nnx_core::{key_table, nn::{Init, Linear}, DType};
-/// let table = key_table(&Linear::new(4, 2, true, DType::F32, Init::Meta));
+/// use nnx_core::{key_table, nn::{Init, Linear}};
+/// let table = key_table(&Linear::builder(4, 2).init(Init::Meta).build());
 /// assert_eq!(table, "name    dtype  shape\nweight  F32    [2, 4]\nbias    F32    [2]\n");
 /// ```
 pub fn key_table<M: Module + ?Sized>(module: &M) -> String {

@@ -85,16 +85,15 @@ pub struct EntryInfo {
 ///
 /// ```
 /// use nnx_core::nn::{Init, Linear};
-/// use nnx_core::DType;
 /// use nnx_io::Archive;
 ///
 /// let dir = std::env::temp_dir().join(format!("nnx-doc-archive-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir)?;
 /// let path = dir.join("layer.safetensors");
-/// let layer = Linear::new(3, 2, true, DType::F32, Init::Seeded(0));
+/// let layer = Linear::builder(3, 2).init(Init::Seeded(0)).build();
 /// Archive::from_module(&layer, "head").save(&path)?;
 ///
-/// let mut restored = Linear::new(3, 2, true, DType::F32, Init::Meta);
+/// let mut restored = Linear::builder(3, 2).init(Init::Meta).build();
 /// let archive = Archive::open(&path)?;
 /// archive.load_into(&mut restored, "head")?;
 /// assert!(restored.weight.is_mapped());

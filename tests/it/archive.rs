@@ -81,7 +81,7 @@ fn strict_loads_name_every_problem_and_change_nothing() {
     archive.save(&path).unwrap();
 
     let mut target = Net::new(4, 3, Init::Zeros);
-    target.head = Some(Linear::new(4, 5, false, DType::F32, Init::Zeros));
+    target.head = Some(Linear::builder(4, 5).bias(false).init(Init::Zeros).build());
     let before = values(&target);
     let error = Archive::open(&path).unwrap().load_into(&mut target, "").unwrap_err();
     let Error::Load(report) = &error else { panic!("expected a load error, got {error}") };
@@ -133,8 +133,8 @@ fn sections_share_one_file_and_resume_an_optimizer() {
 
     // A section loads into a submodule; entries outside its prefix are ignored.
     let mut block = Block {
-        norm: LayerNorm::new(3, true, 1e-5, DType::F32, Init::Meta),
-        proj: Linear::new(3, 3, true, DType::F32, Init::Meta),
+        norm: LayerNorm::builder(3).init(Init::Meta).build(),
+        proj: Linear::builder(3, 3).init(Init::Meta).build(),
     };
     archive.load_into(&mut block, "optim.mu.blocks.0").unwrap();
     assert_eq!(values(&block), values(&optim.mu.blocks[0]));
@@ -227,7 +227,7 @@ fn typed_reads_check_and_cast_only_floats() {
     assert_eq!(message, "`w` in the archive: expected F32 [2], found BF16 [2]");
     let message = archive.try_get("ws").unwrap_err().to_string();
     assert_eq!(message, "the archive has no entry `ws` (did you mean `w`?)");
-    let message = Archive::from_module(&Linear::new(2, 2, false, DType::F32, Init::Meta), "")
+    let message = Archive::from_module(&Linear::builder(2, 2).bias(false).init(Init::Meta).build(), "")
         .save("unused.safetensors")
         .unwrap_err()
         .to_string();
@@ -284,7 +284,7 @@ fn shards_are_greedy_and_opened_only_when_needed() {
     assert!(!sharded.metadata().contains_key("total_size"), "the shards' size belongs to the index alone");
     std::fs::remove_file(dir.path().join("model-00002-of-00003.safetensors")).unwrap();
     assert_eq!(sharded.get("c.weight").unwrap().to_vec::<f32>().unwrap(), vec![4.0; 50]);
-    let mut layer = Linear::new(100, 1, true, DType::F32, Init::Meta);
+    let mut layer = Linear::builder(100, 1).init(Init::Meta).build();
     layer.weight = Tensor::meta(DType::F32, &[100]);
     layer.bias = Some(Tensor::meta(DType::F32, &[100]));
     sharded.load_into(&mut layer, "a").unwrap();

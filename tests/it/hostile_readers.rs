@@ -179,7 +179,7 @@ fn every_archive_reader_names_the_file_and_the_entry() {
         says(&error, &path, &["`flags`", "invalid data"]);
     }
 
-    let mut layer = Linear::new(2, 3, true, DType::F32, Init::Meta);
+    let mut layer = Linear::builder(2, 3).init(Init::Meta).build();
     let error = archive.load_into(&mut layer, "layer").unwrap_err();
     assert!(matches!(&error, Error::Load(_)), "{error:?}");
     says(&error, &path, &["`layer.weight`", "[3, 2]", "[2, 3]"]);
@@ -188,7 +188,7 @@ fn every_archive_reader_names_the_file_and_the_entry() {
     says(&error, &path, &["layer.weight"]);
     assert!(layer.weight.is_meta(), "a refused load leaves the module unchanged");
 
-    let mut fitting = Linear::new(3, 2, true, DType::F32, Init::Meta);
+    let mut fitting = Linear::builder(3, 2).init(Init::Meta).build();
     archive.load_into(&mut fitting, "layer").unwrap();
     assert_eq!(fitting.weight.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
 }

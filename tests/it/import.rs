@@ -223,7 +223,7 @@ struct TypoModel {
 
 #[test]
 fn typos_in_from_get_suggestions() {
-    let linear = || Linear::new(64, 64, true, DType::F32, Init::Meta);
+    let linear = || Linear::builder(64, 64).init(Init::Meta).build();
     let mut model = TypoModel { attn: TypoAttention { q: linear(), out: linear() } };
     let report = import_error(&mut model, &fixtures().join("gpt2-tiny/model.safetensors"));
     insta::assert_snapshot!("typo_in_from", report);
@@ -299,14 +299,16 @@ fn tensor_parallel_ranks_take_halves_of_the_mapped_file() {
         let mut model = Llama::new(&local, DType::BF16, Init::Meta);
         // Row-parallel layers keep the full output width.
         for layer in &mut model.layers {
-            layer.attn.o = Linear::new(
-                local.num_attention_heads * config.head_dim(),
-                config.hidden_size,
-                false,
-                DType::BF16,
-                Init::Meta,
-            );
-            layer.mlp.down = Linear::new(local.intermediate_size, config.hidden_size, false, DType::BF16, Init::Meta);
+            layer.attn.o = Linear::builder(local.num_attention_heads * config.head_dim(), config.hidden_size)
+                .bias(false)
+                .dtype(DType::BF16)
+                .init(Init::Meta)
+                .build();
+            layer.mlp.down = Linear::builder(local.intermediate_size, config.hidden_size)
+                .bias(false)
+                .dtype(DType::BF16)
+                .init(Init::Meta)
+                .build();
         }
         let placement = TensorParallel {
             world_size: 2,

@@ -87,7 +87,7 @@ fn quantized_linear_from_fixture_matches_its_dequantized_weight() {
 
 #[test]
 fn quantized_linear_round_trips_through_an_archive() {
-    let linear = Linear::new(128, 16, true, DType::BF16, nnx::nn::Init::Seeded(5));
+    let linear = Linear::builder(128, 16).dtype(DType::BF16).init(nnx::nn::Init::Seeded(5)).build();
     let layer = QuantizedLinear::from_linear(&linear, 3, 32).unwrap();
     let dir = crate::util::scratch();
     let path = dir.path().join("layer.safetensors");
@@ -105,9 +105,9 @@ fn quantized_linear_round_trips_through_an_archive() {
 /// specs and one float layer, and `config.json` under `key` with a per-module override.
 fn mlx_lm_folder(dir: &std::path::Path, key: &str) -> (Linear, Linear) {
     use nnx::nn::Init;
-    let q = Linear::new(128, 64, true, DType::F32, Init::Seeded(1));
-    let k = Linear::new(128, 64, false, DType::F32, Init::Seeded(2));
-    let v = Linear::new(128, 64, false, DType::F32, Init::Seeded(3));
+    let q = Linear::builder(128, 64).init(Init::Seeded(1)).build();
+    let k = Linear::builder(128, 64).bias(false).init(Init::Seeded(2)).build();
+    let v = Linear::builder(128, 64).bias(false).init(Init::Seeded(3)).build();
     let mut archive = Archive::new();
     let mut put = |name: &str, layer: &QuantizedLinear| {
         for (stream, tensor) in [("weight", &layer.weight), ("scales", &layer.scales), ("biases", &layer.biases)] {

@@ -43,8 +43,8 @@ fn gpt2_keys_with_a_tied_head() {
 fn containers_and_tuple_structs() {
     insta::assert_snapshot!(key_table(&Containers::new(Init::Meta)));
     let pair = Pair(
-        nnx::nn::Linear::new(2, 2, true, nnx::DType::F32, Init::Meta),
-        nnx::nn::Linear::new(2, 1, false, nnx::DType::F32, Init::Meta),
+        nnx::nn::Linear::builder(2, 2).init(Init::Meta).build(),
+        nnx::nn::Linear::builder(2, 1).bias(false).init(Init::Meta).build(),
     );
     insta::assert_snapshot!(key_table(&pair), @r"
     name           dtype  shape

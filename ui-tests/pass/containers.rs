@@ -24,13 +24,13 @@ struct Model {
 
 fn block(gate: bool) -> Block {
     Block {
-        norm: LayerNorm::new(2, false, 1e-5, DType::F32, Init::Zeros),
+        norm: LayerNorm::builder(2).bias(false).init(Init::Zeros).build(),
         gate: gate.then(|| Tensor::zeros(DType::F32, &[2])),
     }
 }
 
 fn main() {
-    let linear = || Linear::new(2, 2, false, DType::F32, Init::Zeros);
+    let linear = || Linear::builder(2, 2).bias(false).init(Init::Zeros).build();
     let mut model = Model {
         blocks: vec![block(true), block(false)],
         heads: [linear(), linear()],

@@ -31,14 +31,14 @@ struct Model {
 }
 
 fn linear(seed: u64) -> Linear {
-    Linear::new(4, 4, false, DType::F32, Init::Seeded(seed))
+    Linear::builder(4, 4).bias(false).init(Init::Seeded(seed)).build()
 }
 
 fn main() {
     let model = Model {
-        wte: Embedding::new(8, 4, DType::F32, Init::Meta),
+        wte: Embedding::builder(8, 4).init(Init::Meta).build(),
         attn: Attention { q: linear(0), k: linear(1), v: linear(2), projection: linear(3), heads: 2 },
-        head: Linear::new(4, 8, false, DType::F32, Init::Meta),
+        head: Linear::builder(4, 8).bias(false).init(Init::Meta).build(),
         mask: Tensor::zeros(DType::Bool, &[4]),
         positions: Tensor::zeros(DType::U32, &[4]),
     };

@@ -34,7 +34,7 @@ where
 }
 
 fn mlp(init: Init) -> Mlp {
-    Mlp { fc1: Linear::new(2, 3, true, DType::F32, init), fc2: Linear::new(3, 1, false, DType::F32, init) }
+    Mlp { fc1: Linear::builder(2, 3).init(init).build(), fc2: Linear::builder(3, 1).bias(false).init(init).build() }
 }
 
 fn keys<M: Module>(module: &M) -> Vec<String> {

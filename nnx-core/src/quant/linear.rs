@@ -336,7 +336,7 @@ mod tests {
 
     #[test]
     fn forward_matches_the_dequantized_layer() {
-        let linear = Linear::new(128, 24, true, DType::F32, Init::Seeded(3));
+        let linear = Linear::builder(128, 24).init(Init::Seeded(3)).build();
         let layer = QuantizedLinear::from_linear(&linear, 4, 64).unwrap();
         let dense = layer.to_linear(DType::F32).unwrap();
         let x = Tensor::from_vec((0..3 * 128).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect(), &[3, 128]).unwrap();
@@ -357,7 +357,8 @@ mod tests {
     #[test]
     fn wrong_input_width_is_an_error() {
         let layer =
-            QuantizedLinear::from_linear(&Linear::new(64, 4, false, DType::F32, Init::Seeded(1)), 8, 64).unwrap();
+            QuantizedLinear::from_linear(&Linear::builder(64, 4).bias(false).init(Init::Seeded(1)).build(), 8, 64)
+                .unwrap();
         let x = Tensor::zeros(DType::F32, &[2, 32]);
         assert!(matches!(layer.forward(&x), Err(Error::ShapeMismatch { .. })));
     }
