@@ -3,7 +3,8 @@
 
 Seeds come from the golden fixtures in tests/fixtures (small files, or subsets of their entries)
 and from hand-made files that follow the hostile corpus of tests/it/hostile.rs: damaged
-SafeTensors headers, other formats, broken shard indexes and configurations. Standard library
+SafeTensors headers, other formats, broken shard indexes and configurations, and pickles past
+the limits of the PyTorch reader. Standard library
 only; the output is deterministic, so running it again changes nothing.
 """
 
@@ -308,12 +309,57 @@ def config_seeds():
     return seeds
 
 
+# ----------------------------------------------------------------------------------------------
+# PyTorch checkpoints.
+
+
+def torch_seeds():
+    seeds = {}
+    for fixture in ["state_zip.pt", "state_legacy.pt", "nested_zip.pt", "malicious.pkl", "malicious_zip.pt"]:
+        seeds["fixture-" + fixture] = (FIXTURES / "torch" / fixture).read_bytes()
+    # Bare pickles: a dict of plain values, nesting and memo limits, an unknown global.
+    seeds["pickle-plain-dict"] = b"\x80\x02}(X\x01\x00\x00\x00aK\x01X\x01\x00\x00\x00bG?\xf0\x00\x00\x00\x00\x00\x00u."
+    seeds["pickle-deep-marks"] = b"\x80\x02" + b"(" * 100
+    seeds["pickle-deep-tuples"] = b"\x80\x02N" + b"\x85" * 100 + b"."
+    seeds["pickle-huge-memo"] = b"\x80\x02}r\xff\xff\xff\x7f."
+    seeds["pickle-builtins-eval"] = b"\x80\x02cbuiltins\neval\nX\x01\x00\x00\x001\x85R."
+    seeds["pickle-inline-storage"] = pickled_state_dict()
+    return seeds
+
+
+def unicode(text):
+    raw = text.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+def pickled_state_dict():
+    """What `pickle.dump(state_dict, f, protocol=2)` writes: each storage is
+    `_load_from_bytes(_codecs.encode(text, 'latin1'))` around a legacy checkpoint of the storage."""
+    values = [1.5, -2.0, 3.25]
+    blob = LEGACY_MAGIC + b"\x80\x02M\xe9\x03.\x80\x02}.\x80\x02("
+    blob += unicode("storage") + b"ctorch\nFloatStorage\n" + unicode("0") + unicode("cpu")
+    blob += b"K" + bytes([len(values)]) + b"NtQ.\x80\x02](" + unicode("0") + b"e."
+    blob += struct.pack("<Q", len(values)) + struct.pack(f"<{len(values)}f", *values)
+    rebuild = b"ctorch._utils\n_rebuild_tensor_v2\n("
+    hooks = b"\x89ccollections\nOrderedDict\n)RtR"
+    raw = b"\x80\x02}" + unicode("w") + rebuild
+    raw += b"ctorch.storage\n_load_from_bytes\n(c_codecs\nencode\n("
+    raw += unicode(blob.decode("latin1")) + unicode("latin1")
+    raw += b"tRtRq\x00K\x00K\x03\x85K\x01\x85" + hooks + b"s" + unicode("v") + rebuild
+    raw += b"h\x00K\x01K\x02\x85K\x01\x85" + hooks + b"s."
+    return raw
+
+
+LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e"
+
+
 def main():
     targets = {
         "header": header_seeds(),
         "index": index_seeds(),
         "quantized": quantized_seeds(),
         "config": config_seeds(),
+        "torch": torch_seeds(),
     }
     for target, seeds in targets.items():
         folder = CORPUS / target

@@ -13,7 +13,7 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(header index quantized config)
+  targets=(header index quantized config torch)
 fi
 
 # New inputs go to a scratch corpus, so that the committed seeds stay as they are; the targets

@@ -60,7 +60,10 @@ pub use nnx_io::{
 
 // What errors report, for programs that match on them.
 pub use nnx_core::{ConcatProblem, DidYouMean, HookError, LoadAction, OpChain, ProblemKind, ProblemSource, SourceOp};
-pub use nnx_io::{ConfigProblem, ExportProblem, IndexProblem, ShardProblem, UnsavableProblem};
+pub use nnx_io::{
+    ConfigProblem, ExportProblem, IndexProblem, PickleLimit, PickleProblem, ShardProblem, TorchProblem,
+    UnsavableProblem, ZipRecordProblem,
+};
 
 /// The error of tensor operations alone; [`Error`] wraps it, so `?` converts.
 pub use nnx_core::Error as TensorError;

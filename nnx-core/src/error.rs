@@ -172,6 +172,20 @@ pub enum Error {
         /// The alignment the dtype needs.
         alignment: usize,
     },
+    /// A strided view that reaches past the elements it is laid over.
+    #[error(
+        "a view of shape {shape:?}, strides {strides:?} and offset {offset} reaches past the {len} elements it is laid over"
+    )]
+    StridedOutOfRange {
+        /// The view's shape.
+        shape: Vec<usize>,
+        /// The view's strides, in elements.
+        strides: Vec<usize>,
+        /// The view's first element.
+        offset: usize,
+        /// The elements available.
+        len: usize,
+    },
     /// A load or import that found problems (a partial load that matched nothing among them);
     /// nothing was changed.
     #[error(transparent)]

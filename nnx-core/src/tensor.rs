@@ -320,6 +320,66 @@ impl Tensor {
         Ok(view)
     }
 
+    /// A view of this contiguous tensor's elements with its own layout: element
+    /// `(i_0, i_1, ...)` of the view is element `offset + sum(i_k * strides[k])` of this tensor
+    /// read row-major. Nothing is copied; views may overlap or repeat elements (a zero stride).
+    /// This is how a checkpoint's tensor is laid over a storage that several tensors share.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `strides` and `shape` differ in length,
+    /// [`Error::StridedOutOfRange`] when an element of the view lies past this tensor's
+    /// elements, [`Error::SubByte`] for F4/F6, [`Error::BadShape`] when this tensor is not
+    /// contiguous.
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::Tensor;
+    /// let storage = Tensor::from_vec((0..6).map(|v| v as f32).collect(), &[6])?;
+    /// let view = storage.as_strided(&[2, 2], &[1, 3], 1)?;
+    /// assert_eq!(view.to_vec::<f32>()?, [1.0, 4.0, 2.0, 5.0]);
+    /// assert!(view.shares_storage(&storage));
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn as_strided(&self, shape: &[usize], strides: &[usize], offset: usize) -> Result<Tensor> {
+        if strides.len() != shape.len() {
+            return Err(Error::LengthMismatch {
+                op: "as_strided",
+                what: "strides",
+                expected: shape.len(),
+                found: strides.len(),
+                shape: shape.to_vec(),
+            });
+        }
+        if !self.is_contiguous() {
+            return Err(Error::BadShape {
+                op: "as_strided",
+                expected: "with contiguous strides",
+                shape: self.shape.clone(),
+            });
+        }
+        self.check_strided("as_strided")?;
+        element_count(self.dtype, shape)?;
+        let out_of_range =
+            || Error::StridedOutOfRange { shape: shape.to_vec(), strides: strides.to_vec(), offset, len: self.len() };
+        if !shape.contains(&0) {
+            let last = shape.iter().zip(strides).try_fold(offset, |at, (&size, &stride)| {
+                (size - 1).checked_mul(stride).and_then(|step| at.checked_add(step))
+            });
+            if last.is_none_or(|last| last >= self.len()) {
+                return Err(out_of_range());
+            }
+        } else if offset > self.len() {
+            return Err(out_of_range());
+        }
+        Ok(Tensor {
+            storage: self.storage.clone(),
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset: self.offset + offset,
+        })
+    }
+
     /// `parts` equal views along `axis`, in order; nothing is copied.
     ///
     /// # Errors
@@ -661,6 +721,24 @@ impl fmt::Debug for Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strided_views_are_checked_against_the_elements() {
+        let base = Tensor::from_vec((0..6).collect::<Vec<i32>>(), &[6]).unwrap();
+        let transposed = base.as_strided(&[3, 2], &[1, 3], 0).unwrap();
+        assert_eq!(transposed.to_vec::<i32>().unwrap(), [0, 3, 1, 4, 2, 5]);
+        assert!(transposed.shares_storage(&base));
+        let repeated = base.as_strided(&[2, 3], &[0, 1], 3).unwrap();
+        assert_eq!(repeated.to_vec::<i32>().unwrap(), [3, 4, 5, 3, 4, 5]);
+        let scalar = base.as_strided(&[], &[], 5).unwrap();
+        assert_eq!(scalar.to_vec::<i32>().unwrap(), [5]);
+        assert!(base.as_strided(&[0, 5], &[5, 1], 6).is_ok());
+        assert!(matches!(base.as_strided(&[3, 2], &[1, 3], 1), Err(Error::StridedOutOfRange { len: 6, .. })));
+        assert!(matches!(base.as_strided(&[], &[], 6), Err(Error::StridedOutOfRange { .. })));
+        assert!(matches!(base.as_strided(&[2], &[usize::MAX], 0), Err(Error::StridedOutOfRange { .. })));
+        assert!(matches!(base.as_strided(&[2], &[1, 1], 0), Err(Error::LengthMismatch { .. })));
+        assert!(matches!(transposed.as_strided(&[1], &[1], 0), Err(Error::BadShape { .. })));
+    }
 
     #[test]
     fn views_share_storage() {

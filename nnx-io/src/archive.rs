@@ -10,9 +10,15 @@ use std::sync::Arc;
 use nnx_core::__private::{compare_specs, for_each_entry, for_each_entry_mut, join, suggest, under_prefix};
 use nnx_core::{DType, FlatStateDict, LoadAction, LoadError, Module, Tensor, TensorSpec, module_specs};
 
-use crate::error::{Error, Result, UnsavableProblem};
+use crate::error::{Error, Result, ShardProblem, UnsavableProblem};
 use crate::index::{Shard, ShardIndex, shard_stem};
 use crate::mapped::MappedFile;
+use crate::torch;
+
+/// Whether a shard index names PyTorch checkpoints (`pytorch_model.bin.index.json`).
+fn is_torch_index(file_name: &str) -> bool {
+    [".bin.index.json", ".pt.index.json", ".pth.index.json"].iter().any(|end| file_name.ends_with(end))
+}
 
 /// Where an entry's data is.
 #[derive(Clone)]
@@ -121,9 +127,18 @@ impl Archive {
         Archive { origin: "the archive".into(), ..Archive::default() }
     }
 
-    /// Opens a `.safetensors` file, a shard index (`*.index.json`) or a folder holding one of
-    /// them (`model.safetensors.index.json`, then `model.safetensors`, then any single index,
-    /// then every `*.safetensors` file as a union).
+    /// Opens a `.safetensors` file, a PyTorch checkpoint (`.bin`, `.pt`, `.pth`), a shard index
+    /// (`*.index.json`) or a folder holding one of them (`model.safetensors.index.json`, then
+    /// `model.safetensors`, then `pytorch_model.bin.index.json`, then `pytorch_model.bin`, then
+    /// any single SafeTensors index, then every `*.safetensors` file as a union).
+    ///
+    /// PyTorch checkpoints (the zip format, the legacy format before PyTorch 1.6, or a bare
+    /// pickle) are read without executing anything: a restricted unpickler knows the few
+    /// globals a state dict needs and refuses every other one by name. Their tensors are views
+    /// of the mapped file, with storage offsets and strides kept and shared storages shared.
+    /// Nested checkpoints name tensors by dict path (`model.encoder.fc1.weight`) and give their
+    /// plain values (integers, floats, strings, booleans) as [`Archive::metadata`]. Any file not
+    /// named `.safetensors` that starts as a zip or a pickle is read as a checkpoint.
     ///
     /// In a folder, only these names are read: the temporary files of a save in progress or
     /// interrupted (`.NAME.tmp-...`) never are, and shard files (`STEM-00001-of-00003...`) are
@@ -138,7 +153,9 @@ impl Archive {
     /// # Errors
     /// [`Error::Io`] when the path cannot be opened, [`Error::NotSafeTensors`] for other formats
     /// (saying what the file looks like), [`Error::Header`] for a header that breaks the
-    /// specification, [`Error::Index`] for an unusable index, [`Error::EmptyFolder`].
+    /// specification, [`Error::Index`] for an unusable index, [`Error::Torch`] for a PyTorch
+    /// checkpoint that cannot be read or that names a global other than those of a state dict,
+    /// [`Error::EmptyFolder`].
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
         let path = path.as_ref();
         let meta = std::fs::metadata(path).map_err(Error::io("open", path))?;
@@ -146,14 +163,81 @@ impl Archive {
             return Archive::open_folder(path);
         }
         if path.extension().is_some_and(|ext| ext == "json") {
+            if path.file_name().and_then(|name| name.to_str()).is_some_and(is_torch_index) {
+                return Archive::open_torch_index(path);
+            }
             return Archive::open_index(path);
         }
+        if path.extension().is_none_or(|ext| ext != "safetensors") && torch::is_checkpoint(path)? {
+            return Archive::open_checkpoint(path);
+        }
         Ok(Archive::from_file(MappedFile::open(path)?))
+    }
+
+    /// A PyTorch checkpoint: its tensors (views of the mapped file) and plain values.
+    fn open_checkpoint(path: &Path) -> Result<Archive> {
+        let checkpoint = torch::read(path)?;
+        let mut archive = Archive {
+            origin: format!("`{}`", path.display()),
+            metadata: checkpoint.metadata,
+            names: Vec::with_capacity(checkpoint.entries.len()),
+            slots: HashMap::with_capacity(checkpoint.entries.len()),
+        };
+        for (name, tensor) in checkpoint.entries {
+            archive.insert(name, tensor);
+        }
+        Ok(archive)
+    }
+
+    /// A shard index of PyTorch checkpoints (`pytorch_model.bin.index.json`): every shard is
+    /// read (a pickle parse each; tensor bytes stay mapped) and checked against the index.
+    fn open_torch_index(path: &Path) -> Result<Archive> {
+        let index = ShardIndex::read(path)?;
+        let mut shards = Vec::with_capacity(index.shards.len());
+        for shard in &index.shards {
+            if !shard.is_file() {
+                return Err(Error::MissingShard { index: path.to_path_buf(), shard: shard.clone() });
+            }
+            shards.push(Archive::open_checkpoint(shard)?);
+        }
+        let placed: HashMap<&str, usize> = index.weight_map.iter().map(|(name, at)| (name.as_str(), *at)).collect();
+        for (at, shard) in shards.iter().enumerate() {
+            if let Some(name) = shard.names().find(|name| placed.get(name).is_some_and(|&other| other != at)) {
+                return Err(Error::ShardMismatch {
+                    index: path.to_path_buf(),
+                    shard: index.shards[at].clone(),
+                    problem: ShardProblem::ElsewhereInIndex {
+                        name: name.to_string(),
+                        other: index.shards[placed[name]].clone(),
+                    },
+                });
+            }
+        }
+        let mut archive = Archive { origin: format!("`{}`", path.display()), ..Archive::default() };
+        archive.metadata = index.metadata.clone();
+        for (name, at) in &index.weight_map {
+            let Some(slot) = shards[*at].slots.get(name) else {
+                return Err(Error::ShardMismatch {
+                    index: path.to_path_buf(),
+                    shard: index.shards[*at].clone(),
+                    problem: ShardProblem::MissingEntry { name: name.clone() },
+                });
+            };
+            archive.names.push(name.clone());
+            archive.slots.insert(name.clone(), slot.clone());
+        }
+        Ok(archive)
     }
 
     fn open_folder(dir: &Path) -> Result<Archive> {
         if let Some(archive) = Archive::open_model_file(dir)? {
             return Ok(archive);
+        }
+        for name in ["pytorch_model.bin.index.json", "pytorch_model.bin"] {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Archive::open(candidate);
+            }
         }
         let mut indexes = Vec::new();
         for item in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {

@@ -1,7 +1,8 @@
 //! nnx-io: SafeTensors archives. Files are memory-mapped and their tensors point into the
 //! mapped pages; loads are strict within a prefix and validated from headers before any
 //! tensor byte is read; saves are atomic and deterministic, optionally page-aligned or
-//! sharded.
+//! sharded. PyTorch checkpoints open as archives too, read by a restricted unpickler that
+//! executes nothing.
 //!
 //! Users depend on the `nnx` facade crate, which re-exports everything here.
 
@@ -13,11 +14,13 @@ mod index;
 mod mapped;
 pub mod quantized;
 pub mod sniff;
+mod torch;
 mod write;
 
 pub use archive::{Archive, EntryInfo, EntryLocation};
 pub use error::{
-    ConfigProblem, ConfigRule, Error, ExportProblem, IndexProblem, Result, ShardProblem, UnsavableProblem,
+    ConfigProblem, ConfigRule, Error, ExportProblem, IndexProblem, PickleLimit, PickleProblem, Result, ShardProblem,
+    TorchProblem, UnsavableProblem, ZipRecordProblem,
 };
 pub use header::HeaderProblem;
 pub use import::{

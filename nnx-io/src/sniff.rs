@@ -9,7 +9,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// Whether the file starts as SafeTensors does: a plausible header length, then `{`. Such a file
 /// is a damaged SafeTensors file whatever its first bytes resemble (a header of 640 bytes starts
 /// with `80 02`, the start of a pickle).
-fn looks_like_safetensors(bytes: &[u8]) -> bool {
+pub(crate) fn looks_like_safetensors(bytes: &[u8]) -> bool {
     match (bytes.first_chunk::<8>(), bytes.get(8)) {
         (Some(prefix), Some(b'{')) => u64::from_le_bytes(*prefix) <= crate::header::MAX_HEADER_BYTES,
         _ => false,

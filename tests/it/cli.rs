@@ -40,10 +40,12 @@ fn bad_input_gets_one_line_and_status_one() {
     let truncated = dir.path().join("truncated.safetensors");
     let full = std::fs::read(fixtures().join("gpt2-tiny/model.safetensors")).unwrap();
     std::fs::write(&truncated, &full[..full.len() / 2]).unwrap();
+    let misnamed = dir.path().join("state_zip.safetensors");
+    std::fs::copy(fixtures().join("torch/state_zip.pt"), &misnamed).unwrap();
     let empty = scratch();
     let cases = [
         (truncated.to_str().unwrap().to_string(), "truncated"),
-        (fixtures().join("torch/state_zip.pt").to_str().unwrap().to_string(), "PyTorch checkpoint"),
+        (misnamed.to_str().unwrap().to_string(), "PyTorch checkpoint"),
         (dir.path().join("absent.safetensors").to_str().unwrap().to_string(), "cannot open"),
         (empty.path().to_str().unwrap().to_string(), "holds no `model.safetensors`"),
     ];

@@ -573,10 +573,16 @@ fn bool_entry_with_valid_bytes_reads() {
 }
 
 #[test]
-fn pytorch_fixtures_are_recognised() {
+fn pytorch_fixtures_named_as_safetensors_are_recognised() {
     let torch = fixtures().join("torch");
+    let dir = scratch();
     for (name, kind) in [("state_zip.pt", FileKind::PyTorchZip), ("state_legacy.pt", FileKind::Pickle)] {
-        let path = torch.join(name);
+        // Read as checkpoints under their own names; a `.safetensors` name says the file is
+        // expected to be SafeTensors, and the error says what it is instead.
+        assert!(Archive::open(torch.join(name)).is_ok(), "{name}");
+        let name = format!("{name}.safetensors");
+        let path = dir.path().join(&name);
+        std::fs::copy(torch.join(name.trim_end_matches(".safetensors")), &path).unwrap();
         match Archive::open(&path) {
             Err(Error::NotSafeTensors { path: at, kind: found }) => {
                 assert_eq!(found, kind, "{name}");
@@ -585,7 +591,7 @@ fn pytorch_fixtures_are_recognised() {
             other => panic!("{name}: expected NotSafeTensors, got {other:?}"),
         }
         let message = Archive::open(&path).unwrap_err().to_string();
-        assert!(message.contains(name) && message.contains("PyTorch"), "{message}");
+        assert!(message.contains(&name) && message.contains("PyTorch"), "{message}");
         assert!(message.contains("safetensors.torch.save_file"), "{message}");
     }
 }

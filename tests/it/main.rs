@@ -17,4 +17,5 @@ mod quant_seed;
 mod snapshots;
 mod state;
 mod tensor;
+mod torch;
 mod util;

@@ -29,7 +29,7 @@ impl FileKind {
     pub fn advice(self) -> &'static str {
         match self {
             FileKind::PyTorchZip | FileKind::Pickle => {
-                "convert it with `safetensors.torch.save_file(torch.load(path, weights_only=True), out)` in Python, or download the `.safetensors` variant of the model"
+                "nnx reads PyTorch checkpoints under any name not ending in `.safetensors` (`.bin`, `.pt`, `.pth`): rename it, or convert it with `safetensors.torch.save_file(torch.load(path, weights_only=True), out)` in Python"
             }
             FileKind::Gguf => "GGUF is llama.cpp's format: download the SafeTensors weights of the model instead",
             FileKind::Npy | FileKind::Npz => "convert it with `safetensors.numpy.save_file(dict, out)` in Python",

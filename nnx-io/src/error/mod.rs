@@ -7,9 +7,11 @@ use nnx_core::{DType, DidYouMean};
 
 mod file_kind;
 mod header;
+mod torch;
 
 pub use file_kind::FileKind;
 pub use header::HeaderProblem;
+pub use torch::{PickleLimit, PickleProblem, TorchProblem, ZipRecordProblem};
 
 /// Result with the nnx-io [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -43,6 +45,14 @@ pub enum Error {
         path: PathBuf,
         /// What is wrong.
         problem: HeaderProblem,
+    },
+    /// A PyTorch checkpoint that cannot be read (or that does more than hold tensors).
+    #[error("`{path}` is not a readable PyTorch checkpoint: {problem}")]
+    Torch {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: TorchProblem,
     },
     /// A sharded index that cannot be used.
     #[error("`{path}` is not a usable shard index: {problem}")]
@@ -82,7 +92,7 @@ pub enum Error {
     },
     /// A folder with nothing nnx can open.
     #[error(
-        "`{path}` holds no `model.safetensors`, shard index or `*.safetensors` file: pass the path of the weights file"
+        "`{path}` holds no `model.safetensors`, `pytorch_model.bin`, shard index or `*.safetensors` file: pass the path of the weights file"
     )]
     EmptyFolder {
         /// The folder.

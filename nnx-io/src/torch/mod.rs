@@ -1,0 +1,309 @@
+//! PyTorch checkpoints (`torch.save`: the zip format, the legacy format; or a state dict
+//! written by `pickle`, its storages pickled inside it) read
+//! without executing anything: [`pickle`] reads the object with a restricted unpickler, the
+//! containers ([`zip`], [`legacy`]) say where each storage's bytes lie, and this module turns
+//! the value tree into named tensors (views of the mapped file) and metadata.
+
+mod legacy;
+mod pickle;
+mod zip;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use nnx_core::{ByteSource, Tensor};
+
+use self::pickle::{Container, MAX_DEPTH, StorageRef, TensorRecord, Unpickled, Value, unpickle};
+use self::zip::{Record, ZipRecords};
+use crate::error::{Error, Result, TorchProblem};
+use crate::sniff::looks_like_safetensors;
+
+/// A read-only mapping of a checkpoint that tensors point into.
+struct MappedBytes {
+    map: Mmap,
+}
+
+// SAFETY: `map` is a read-only mapping created once in `read` and never remapped, so `bytes`
+// returns the same slice for the value's whole life. nnx never writes a file in place; a change
+// made by another program while the file is mapped is outside what `Archive::open` supports,
+// and BOOL bytes are checked on every typed read.
+unsafe impl ByteSource for MappedBytes {
+    fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+/// The tensors and plain values of a checkpoint.
+pub(crate) struct Checkpoint {
+    /// Tensors by dict path, in the pickle's order.
+    pub(crate) entries: Vec<(String, Tensor)>,
+    /// Plain values (integers, floats, strings, booleans) by dict path, as text.
+    pub(crate) metadata: BTreeMap<String, String>,
+}
+
+/// How a file's first bytes say it was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Zip,
+    Legacy,
+    Pickle,
+}
+
+fn format(head: &[u8]) -> Option<Format> {
+    if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
+        Some(Format::Zip)
+    } else if head.starts_with(legacy::MAGIC) {
+        Some(Format::Legacy)
+    } else if head.len() >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
+        Some(Format::Pickle)
+    } else {
+        None
+    }
+}
+
+/// Whether the file at `path` starts as a PyTorch checkpoint does (a zip, or a pickle) and not
+/// as SafeTensors does (a header of 0x280 bytes starts with the bytes of a pickle's `PROTO 2`).
+pub(crate) fn is_checkpoint(path: &Path) -> Result<bool> {
+    let mut head = Vec::with_capacity(16);
+    File::open(path)
+        .map_err(Error::io("open", path))?
+        .take(16)
+        .read_to_end(&mut head)
+        .map_err(Error::io("read", path))?;
+    Ok(format(&head).is_some() && !looks_like_safetensors(&head))
+}
+
+/// Maps the checkpoint at `path` and reads its pickle; tensors become views of the mapping
+/// (copies only for legacy storages whose bytes are not aligned for their dtype).
+///
+/// # Errors
+/// [`Error::Io`], or [`Error::Torch`] saying what is wrong (a refused global among them).
+pub(crate) fn read(path: &Path) -> Result<Checkpoint> {
+    let file = File::open(path).map_err(Error::io("open", path))?;
+    // SAFETY: the mapping is read-only and nnx never writes a file in place, so the bytes only
+    // change if another program rewrites the file while it is mapped, which `Archive::open`
+    // documents as unsupported.
+    let map = unsafe { Mmap::map(&file) }.map_err(Error::io("map", path))?;
+    let mapped = Arc::new(MappedBytes { map });
+    let refuse = |problem| Error::Torch { path: path.to_path_buf(), problem };
+    let bytes = mapped.bytes();
+    let (unpickled, records) = match format(bytes) {
+        Some(Format::Zip) => {
+            let zip = ZipRecords::read(bytes).map_err(refuse)?;
+            let pickle = zip.get("data.pkl").ok_or(TorchProblem::NoDataPickle).map_err(refuse)?;
+            if let Some(order) = zip.get("byteorder")
+                && &bytes[order.start..order.start + order.len] == b"big"
+            {
+                return Err(refuse(TorchProblem::BigEndian));
+            }
+            let unpickled = unpickle(&bytes[pickle.start..pickle.start + pickle.len], 0).map_err(|error| {
+                refuse(TorchProblem::Pickle {
+                    pickle: format!("`{}`", zip.name("data.pkl")),
+                    offset: error.offset,
+                    problem: error.problem,
+                })
+            })?;
+            let mut records = HashMap::new();
+            for storage in unpickled.storages.iter().filter(|storage| storage.inline.is_none()) {
+                if let Some(record) = zip.get(&format!("data/{}", storage.key)) {
+                    records.insert(storage.key.to_string(), record);
+                }
+            }
+            (unpickled, records)
+        }
+        Some(Format::Legacy) => legacy::read(bytes).map_err(refuse)?,
+        Some(Format::Pickle) | None => {
+            let unpickled = unpickle(bytes, 0).map_err(|error| {
+                refuse(TorchProblem::Pickle {
+                    pickle: "the pickle".into(),
+                    offset: error.offset,
+                    problem: error.problem,
+                })
+            })?;
+            (unpickled, HashMap::new())
+        }
+    };
+    let mut walk = Walk { unpickled: &unpickled, tensors: Vec::new(), metadata: BTreeMap::new(), visits: 0 };
+    if !matches!(unpickled.root, Value::Dict(_)) {
+        return Err(refuse(TorchProblem::NotADict));
+    }
+    walk.value(&unpickled.root, "", 0).map_err(refuse)?;
+    let Walk { tensors, metadata, .. } = walk;
+
+    let mut names = HashSet::with_capacity(tensors.len());
+    let source: Arc<dyn ByteSource> = mapped.clone();
+    let mut builder = Builder { path, source, records: &records, storages: HashMap::new() };
+    let mut entries = Vec::with_capacity(tensors.len());
+    for (name, record) in tensors {
+        if !names.insert(name.clone()) || metadata.contains_key(&name) {
+            return Err(refuse(TorchProblem::DuplicateName { name }));
+        }
+        let tensor = builder.tensor(&name, &record)?;
+        entries.push((name, tensor));
+    }
+    Ok(Checkpoint { entries, metadata })
+}
+
+/// The most values a walk of the tree visits: far more than any checkpoint holds, few enough
+/// that a tree sharing one big list many times over is refused quickly.
+const MAX_VISITS: usize = 1 << 20;
+
+/// Collects the tensors and plain values of the tree by dict path.
+struct Walk<'a> {
+    unpickled: &'a Unpickled,
+    tensors: Vec<(String, Rc<TensorRecord>)>,
+    metadata: BTreeMap<String, String>,
+    visits: usize,
+}
+
+fn join(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") }
+}
+
+impl Walk<'_> {
+    fn value(&mut self, value: &Value, name: &str, depth: usize) -> std::result::Result<(), TorchProblem> {
+        self.visits += 1;
+        if depth > MAX_DEPTH || self.visits > MAX_VISITS {
+            return Err(TorchProblem::TooDeep { name: name.to_string() });
+        }
+        let unpickled = self.unpickled;
+        match value {
+            Value::Tensor(record) => self.tensors.push((name.to_string(), record.clone())),
+            Value::Dict(id) => {
+                let Container::Dict(pairs) = &unpickled.containers[*id] else { return Ok(()) };
+                for (key, item) in pairs {
+                    let key = match key {
+                        Value::Str(key) => key.to_string(),
+                        Value::Int(key) => key.to_string(),
+                        _ => continue,
+                    };
+                    self.value(item, &join(name, &key), depth + 1)?;
+                }
+            }
+            Value::List(id) => {
+                let Container::List(items) = &unpickled.containers[*id] else { return Ok(()) };
+                for (at, item) in items.iter().enumerate() {
+                    self.value(item, &join(name, &at.to_string()), depth + 1)?;
+                }
+            }
+            Value::Tuple(tuple) => {
+                for (at, item) in tuple.items.iter().enumerate() {
+                    self.value(item, &join(name, &at.to_string()), depth + 1)?;
+                }
+            }
+            Value::Int(value) => self.plain(name, value.to_string()),
+            Value::Float(value) => self.plain(name, format!("{value:?}")),
+            Value::Bool(value) => self.plain(name, value.to_string()),
+            Value::Str(value) => self.plain(name, value.to_string()),
+            Value::None | Value::Global(_) | Value::Storage(_) | Value::Bytes(_) => {}
+        }
+        Ok(())
+    }
+
+    fn plain(&mut self, name: &str, text: String) {
+        if !name.is_empty() {
+            self.metadata.insert(name.to_string(), text);
+        }
+    }
+}
+
+/// Builds each storage once, as a one-dimensional tensor over its bytes, and each tensor as a
+/// view of its storage.
+struct Builder<'a> {
+    path: &'a Path,
+    source: Arc<dyn ByteSource>,
+    records: &'a HashMap<String, Record>,
+    /// Storages built so far: by key for records of the file, by address for inline ones.
+    storages: HashMap<StorageKey, Tensor>,
+}
+
+/// Names a storage: a file's record keys are unique in it; a storage pickled inside the pickle
+/// is one value, however often the memo hands it out.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum StorageKey {
+    Record(Rc<str>),
+    Inline(*const u8),
+}
+
+impl Builder<'_> {
+    fn path(&self) -> PathBuf {
+        self.path.to_path_buf()
+    }
+
+    fn refuse(&self, problem: TorchProblem) -> Error {
+        Error::Torch { path: self.path(), problem }
+    }
+
+    /// The whole storage `key` as a one-dimensional tensor, checked against its bytes.
+    fn root(&mut self, name: &str, storage: &StorageRef) -> Result<Tensor> {
+        let cache_key = match &storage.inline {
+            Some(bytes) => StorageKey::Inline(bytes.as_ptr()),
+            None => StorageKey::Record(storage.key.clone()),
+        };
+        if let Some(root) = self.storages.get(&cache_key) {
+            if root.dtype() != storage.dtype {
+                return Err(self.refuse(TorchProblem::StorageDType { key: storage.key.to_string() }));
+            }
+            return Ok(root.clone());
+        }
+        let size = storage.dtype.size_in_bytes().expect("storage dtypes are whole bytes");
+        let size_error = |bytes: usize| {
+            self.refuse(TorchProblem::StorageSize {
+                key: storage.key.to_string(),
+                dtype: storage.dtype,
+                numel: storage.numel,
+                bytes,
+            })
+        };
+        let shape = [storage.numel];
+        let data_error = |source| Error::Data { path: self.path(), name: name.to_string(), source: Box::new(source) };
+        if let Some(bytes) = &storage.inline {
+            if !bytes.len().is_multiple_of(size) || bytes.len() / size != storage.numel {
+                return Err(size_error(bytes.len()));
+            }
+            let root = Tensor::from_bytes(storage.dtype, &shape, bytes).map_err(data_error)?;
+            self.storages.insert(cache_key, root.clone());
+            return Ok(root);
+        }
+        let record = *self
+            .records
+            .get(&*storage.key)
+            .ok_or_else(|| self.refuse(TorchProblem::MissingStorage { key: storage.key.to_string() }))?;
+        if !record.len.is_multiple_of(size) || record.len / size != storage.numel {
+            return Err(size_error(record.len));
+        }
+        let root = match Tensor::from_shared(self.source.clone(), record.start, record.len, storage.dtype, &shape) {
+            Ok(root) => root,
+            Err(nnx_core::Error::Misaligned { .. }) => {
+                let bytes = &self.source.bytes()[record.start..record.start + record.len];
+                Tensor::from_bytes(storage.dtype, &shape, bytes).map_err(data_error)?
+            }
+            Err(error) => return Err(data_error(error)),
+        };
+        self.storages.insert(cache_key, root.clone());
+        Ok(root)
+    }
+
+    fn tensor(&mut self, name: &str, record: &TensorRecord) -> Result<Tensor> {
+        let storage = &record.storage;
+        let mut base = self.root(name, storage)?;
+        let layout_error = |storage: usize| TorchProblem::TensorLayout {
+            name: name.to_string(),
+            shape: record.shape.clone(),
+            strides: record.strides.clone(),
+            offset: record.offset,
+            storage,
+        };
+        if let Some((offset, len)) = storage.view {
+            let whole = base.len();
+            base = base.as_strided(&[len], &[1], offset).map_err(|_| self.refuse(layout_error(whole)))?;
+        }
+        base.as_strided(&record.shape, &record.strides, record.offset)
+            .map_err(|_| self.refuse(layout_error(base.len())))
+    }
+}
