@@ -2,6 +2,7 @@
 
 mod archive;
 mod cli;
+mod convert;
 mod crash;
 mod generate;
 mod hostile;

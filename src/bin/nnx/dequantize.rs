@@ -21,7 +21,8 @@ pub enum FloatType {
 }
 
 impl FloatType {
-    fn dtype(self) -> DType {
+    /// The dtype it names.
+    pub fn dtype(self) -> DType {
         match self {
             FloatType::Bf16 => DType::BF16,
             FloatType::F16 => DType::F16,

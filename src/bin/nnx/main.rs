@@ -1,14 +1,19 @@
 //! The `nnx` command line: one module per subcommand. Every command exits 0 on success and 1
-//! with a one-line error on bad input or usage.
+//! with a one-line error on bad input or usage, except `diff`, which exits 0 when its inputs are
+//! equal, 1 when they differ and 2 on error, like `diff`.
 
+mod convert;
 mod dequantize;
+mod diff;
 mod inspect;
 mod quantize;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 #[derive(Parser)]
 #[command(name = "nnx", version, about = "Inspect and convert model weights")]
@@ -57,6 +62,43 @@ enum Command {
         #[arg(long, value_enum)]
         dtype: Option<dequantize::FloatType>,
     },
+    /// Convert a PyTorch checkpoint or SafeTensors weights to SafeTensors, keeping the metadata.
+    Convert {
+        /// A PyTorch checkpoint (`.bin`, `.pt`, `.pth`), a `.safetensors` file, a shard index or
+        /// a folder holding one of them.
+        input: PathBuf,
+        /// The output `.safetensors` file; with `--max-shard-size`, a folder that receives the
+        /// shards and `model.safetensors.index.json`.
+        output: PathBuf,
+        /// Cast every float entry to this dtype; integer and bool entries are never cast.
+        #[arg(long, value_enum)]
+        dtype: Option<dequantize::FloatType>,
+        /// Start the data on a 16 KiB page and each page-sized entry on a page boundary.
+        #[arg(long)]
+        page_align: bool,
+        /// Write a sharded folder with shards of at most this size: bytes (`1000000`) or a
+        /// size with a unit (`500MB`, `2GB`, `10GiB`).
+        #[arg(long, value_name = "SIZE", value_parser = convert::parse_size)]
+        max_shard_size: Option<u64>,
+        /// Keep only the entries named PREFIX or PREFIX.*; their names are kept whole.
+        #[arg(long, value_name = "PREFIX")]
+        select: Option<String>,
+    },
+    /// Compare the tensors of two checkpoints of any format: names only in one, dtype or shape
+    /// differences, and the largest difference and the count of differing elements of the
+    /// others. Exits 0 when equal, 1 when different, 2 on error.
+    Diff {
+        /// The first checkpoint (any format `convert` reads).
+        a: PathBuf,
+        /// The second checkpoint.
+        b: PathBuf,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Float elements differ when `|a - b|` exceeds this; integers and bools must be equal.
+        #[arg(long, default_value_t = 0.0, value_name = "X", value_parser = diff::parse_tolerance)]
+        atol: f64,
+    },
 }
 
 /// A command's failure, printed as one line after `error: `.
@@ -86,11 +128,26 @@ impl Output {
     }
 }
 
+/// A progress bar counting `unit`s, drawn on stderr when it is a terminal and hidden otherwise.
+pub fn progress_bar(total: u64, unit: &str) -> ProgressBar {
+    let target =
+        if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+    let bar = ProgressBar::with_draw_target(Some(total), target);
+    let template =
+        format!("{{spinner}} [{{elapsed_precise}}] {{bar:40}} {{pos}}/{{len}} {unit} ({{eta}} left) {{msg}}");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
-            let code = if error.use_stderr() { 1 } else { 0 };
+            // `diff` reports trouble with 2, so that 1 always means "different".
+            let trouble = if std::env::args_os().nth(1).is_some_and(|command| command == "diff") { 2 } else { 1 };
+            let code = if error.use_stderr() { trouble } else { 0 };
             let _ = error.print();
             return ExitCode::from(code);
         }
@@ -101,6 +158,27 @@ fn main() -> ExitCode {
             quantize::run(&input, &output, encoding, group_size, pattern.as_deref())
         }
         Command::Dequantize { input, output, dtype } => dequantize::run(&input, &output, dtype),
+        Command::Convert { input, output, dtype, page_align, max_shard_size, select } => {
+            let options = convert::Options {
+                dtype: dtype.map(dequantize::FloatType::dtype),
+                page_align,
+                max_shard_bytes: max_shard_size,
+                select,
+            };
+            convert::run(&input, &output, &options)
+        }
+        Command::Diff { a, b, json, atol } => {
+            return match diff::run(&a, &b, json, atol) {
+                Ok((text, equal)) => {
+                    print!("{text}");
+                    ExitCode::from(if equal { 0 } else { 1 })
+                }
+                Err(error) => {
+                    eprintln!("error: {}", error.to_string().replace('\n', "; "));
+                    ExitCode::from(2)
+                }
+            };
+        }
     };
     match result {
         Ok(text) => {

@@ -1,15 +1,14 @@
 //! `nnx quantize IN OUT --encoding q4|q8|seed4|seed4p4 [--group-size N] [--pattern GLOB]`:
 //! quantizes the 2-D float weights of a SafeTensors file or folder and copies every other entry.
 
-use std::io::IsTerminal;
 use std::path::Path;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use nnx::quant::{AffineSpec, AffineWeight, EncodeOptions, SeedEncoding, SeedWeight};
 use nnx::quantized::{EncodedWeight, QuantizationConfig, QuantizedFolder, save_folder};
 use nnx::{Archive, SaveOptions, Tensor};
 
-use crate::{CliError, Output};
+use crate::{CliError, Output, progress_bar};
 
 /// The encodings `--encoding` takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -69,18 +68,6 @@ fn unfit(archive: &Archive, name: &str, multiple: usize) -> nnx::Result<Option<S
     } else {
         None
     })
-}
-
-fn progress_bar(total: u64, unit: &str) -> ProgressBar {
-    let target =
-        if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
-    let bar = ProgressBar::with_draw_target(Some(total), target);
-    let template =
-        format!("{{spinner}} [{{elapsed_precise}}] {{bar:40}} {{pos}}/{{len}} {unit} ({{eta}} left) {{msg}}");
-    if let Ok(style) = ProgressStyle::with_template(&template) {
-        bar.set_style(style);
-    }
-    bar
 }
 
 /// Runs the command; returns the summary line.

@@ -1,0 +1,152 @@
+//! `nnx convert IN OUT [--dtype bf16|f16|f32] [--page-align] [--max-shard-size SIZE]
+//! [--select PREFIX]`: a PyTorch checkpoint or SafeTensors weights (file, index or folder) to a
+//! SafeTensors file, or to a sharded folder with its index.
+
+use std::path::{Path, PathBuf};
+
+use nnx::{Archive, DType, SaveOptions};
+
+use crate::{CliError, progress_bar};
+
+/// What the flags of `convert` ask for.
+pub struct Options {
+    /// The dtype every float entry is cast to; integer and bool entries are never cast.
+    pub dtype: Option<DType>,
+    /// Page-align the output.
+    pub page_align: bool,
+    /// Write a sharded folder with shards of at most this many data bytes.
+    pub max_shard_bytes: Option<u64>,
+    /// Keep only the entries named this or under it (`PREFIX.*`), names kept whole.
+    pub select: Option<String>,
+}
+
+/// Parses a size: plain bytes (`1000000`) or a number with a unit, decimal (`KB`, `MB`, `GB`,
+/// `TB`) or binary (`KiB`, `MiB`, `GiB`, `TiB`), in any case (`500MB`, `2gb`, `1.5 GiB`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = (&text[..split], text[split..].trim());
+    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "m" | "mb" => 1_000_000,
+        "g" | "gb" => 1_000_000_000,
+        "t" | "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "unknown unit `{unit}` in `{text}`: use bytes or B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
+            ));
+        }
+    };
+    let bytes = if number.contains('.') {
+        let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a size such as 500MB or 2GB"))?;
+        let bytes = value * multiplier as f64;
+        if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+            return Err(format!("`{text}` is too large"));
+        }
+        bytes as u64
+    } else {
+        let value: u64 = number.parse().map_err(|_| format!("`{text}` is not a size such as 500MB or 2GB"))?;
+        value.checked_mul(multiplier).ok_or_else(|| format!("`{text}` is too large"))?
+    };
+    if bytes == 0 {
+        return Err("the shard size must be at least one byte".into());
+    }
+    Ok(bytes)
+}
+
+/// The file `save_with` is given: `OUT/model.safetensors` for a sharded folder, an existing
+/// folder or one spelled with a trailing `/`; `OUT` itself otherwise.
+fn target(output: &Path, sharded: bool) -> Result<PathBuf, CliError> {
+    let folder = sharded || output.is_dir() || output.as_os_str().to_string_lossy().ends_with('/');
+    if !folder {
+        if let Some(parent) = output.parent().filter(|parent| !parent.as_os_str().is_empty() && !parent.is_dir()) {
+            return Err(CliError(format!(
+                "cannot write `{}`: the folder `{}` does not exist",
+                output.display(),
+                parent.display()
+            )));
+        }
+        return Ok(output.to_path_buf());
+    }
+    std::fs::create_dir_all(output)
+        .map_err(|error| CliError(format!("cannot create the folder `{}`: {error}", output.display())))?;
+    Ok(output.join("model.safetensors"))
+}
+
+/// Runs the command; returns the summary line.
+pub fn run(input: &Path, output: &Path, options: &Options) -> Result<String, CliError> {
+    let mut archive = Archive::open(input)?;
+    if let Some(prefix) = &options.select {
+        let prefix = prefix.trim_end_matches('.');
+        archive = archive.select(prefix);
+        if archive.is_empty() {
+            return Err(CliError(format!("`--select {prefix}` matches no entry of `{}`", input.display())));
+        }
+    }
+    let names: Vec<String> = archive.names().map(str::to_string).collect();
+    let total: u64 =
+        names.iter().map(|name| archive.info(name).map(|info| info.bytes as u64)).sum::<nnx::Result<u64>>()?;
+    let bar = progress_bar(total, "bytes");
+    let mut converted = Archive::new();
+    let mut cast = 0;
+    for name in &names {
+        let info = archive.info(name)?;
+        bar.set_message(name.clone());
+        let tensor = archive.try_get(name)?;
+        let tensor = match options.dtype {
+            Some(dtype) if info.dtype.is_castable_float() && info.dtype != dtype => {
+                cast += 1;
+                tensor.to_dtype(dtype)?
+            }
+            _ => tensor,
+        };
+        converted.insert(name.as_str(), tensor);
+        bar.inc(info.bytes as u64);
+    }
+    let path = target(output, options.max_shard_bytes.is_some())?;
+    bar.set_message(format!("writing {}", output.display()));
+    bar.enable_steady_tick(std::time::Duration::from_millis(100));
+    let mut metadata = archive.metadata().clone();
+    // The total size of a shard index describes the input; a sharded save writes its own.
+    metadata.remove("total_size");
+    // Readers such as `transformers` expect the framework the weights are laid out for.
+    metadata.entry("format".into()).or_insert_with(|| "pt".into());
+    let save = SaveOptions {
+        metadata,
+        page_align: options.page_align,
+        max_shard_bytes: options.max_shard_bytes,
+        ..SaveOptions::default()
+    };
+    let saved = converted.save_with(&path, &save);
+    bar.finish_and_clear();
+    saved?;
+    let cast = match options.dtype {
+        Some(dtype) => format!(", {cast} cast to {dtype}"),
+        None => String::new(),
+    };
+    Ok(format!("converted {} entries{cast} from {} into {}\n", names.len(), input.display(), output.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1234"), Ok(1234));
+        assert_eq!(parse_size("500MB"), Ok(500_000_000));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("10GiB"), Ok(10 << 30));
+        assert_eq!(parse_size("1.5 KiB"), Ok(1536));
+        assert_eq!(parse_size("4kb"), Ok(4000));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("5XB").is_err());
+        assert!(parse_size("MB").is_err());
+        assert!(parse_size("99999999999TB").is_err());
+    }
+}
