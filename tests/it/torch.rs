@@ -141,12 +141,21 @@ fn nested_checkpoints_name_tensors_by_path_and_keep_plain_values() {
     assert_eq!(model.len(), expected().len());
 }
 
-/// The file the hostile fixtures' shell command would create.
-const PWNED: &str = "/tmp/nnx-pwned";
+/// The file the hostile fixtures' shell command (`echo pwned > FILE`) would create, read from
+/// the command inside `malicious.pkl`.
+fn payload_target() -> std::path::PathBuf {
+    let bytes = std::fs::read(torch_fixture("malicious.pkl")).unwrap();
+    let at = bytes.windows(2).position(|pair| pair == b"> ").expect("the payload redirects to a file") + 2;
+    let path: Vec<u8> =
+        bytes[at..].iter().copied().take_while(|byte| byte.is_ascii_alphanumeric() || b"/-_.".contains(byte)).collect();
+    assert!(path.len() > 1, "the payload names its file");
+    std::path::PathBuf::from(String::from_utf8(path).unwrap())
+}
 
 #[test]
 fn malicious_pickles_are_refused_by_the_global_they_name_and_run_nothing() {
-    let existed = Path::new(PWNED).exists();
+    let target = payload_target();
+    let existed = target.exists();
     for name in ["malicious.pkl", "malicious_zip.pt"] {
         let path = torch_fixture(name);
         let error = Archive::open(&path).unwrap_err();
@@ -165,7 +174,7 @@ fn malicious_pickles_are_refused_by_the_global_they_name_and_run_nothing() {
         assert!(message.contains("nothing was run"), "{message}");
     }
     if !existed {
-        assert!(!Path::new(PWNED).exists(), "the command of the malicious pickle ran");
+        assert!(!target.exists(), "the command of the malicious pickle ran");
     }
 }
 
