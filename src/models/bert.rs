@@ -45,9 +45,7 @@ impl BertConfig {
     /// [`crate::Error::Io`], [`crate::Error::Config`], or [`crate::Error::ConfigField`] naming
     /// the first field that cannot make a model.
     pub fn from_file(path: impl AsRef<Path>) -> crate::Result<BertConfig> {
-        let config: BertConfig = super::read_config(path.as_ref())?;
-        config.check(path.as_ref())?;
-        Ok(config)
+        super::read_config(path.as_ref(), BertConfig::check)
     }
 
     /// Checks that the configuration makes a model: every size at least 1,

@@ -39,9 +39,7 @@ impl Gpt2Config {
     /// [`crate::Error::Io`], [`crate::Error::Config`], or [`crate::Error::ConfigField`] naming
     /// the first field that cannot make a model.
     pub fn from_file(path: impl AsRef<Path>) -> crate::Result<Gpt2Config> {
-        let config: Gpt2Config = super::read_config(path.as_ref())?;
-        config.check(path.as_ref())?;
-        Ok(config)
+        super::read_config(path.as_ref(), Gpt2Config::check)
     }
 
     /// Checks that the configuration makes a model: every size at least 1, `n_head` dividing

@@ -59,9 +59,7 @@ impl LlamaConfig {
     /// [`crate::Error::Io`], [`crate::Error::Config`], or [`crate::Error::ConfigField`] naming
     /// the first field that cannot make a model.
     pub fn from_file(path: impl AsRef<Path>) -> crate::Result<LlamaConfig> {
-        let config: LlamaConfig = super::read_config(path.as_ref())?;
-        config.check(path.as_ref())?;
-        Ok(config)
+        super::read_config(path.as_ref(), LlamaConfig::check)
     }
 
     /// Checks that the configuration makes a model: every size at least 1, the key/value heads

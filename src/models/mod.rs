@@ -9,17 +9,23 @@ pub mod sentence;
 
 use std::path::Path;
 
-/// Reads and parses a `config.json`.
-pub(crate) fn read_config<T: serde::de::DeserializeOwned>(path: &Path) -> crate::Result<T> {
+/// Reads and parses a `config.json`, then runs the configuration's `check` on it, so that no
+/// model is ever built from fields that cannot make one.
+pub(crate) fn read_config<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    check: impl FnOnce(&T, &Path) -> crate::Result<()>,
+) -> crate::Result<T> {
     let text = std::fs::read_to_string(path).map_err(|source| crate::Error::Io {
         action: "read",
         path: path.to_path_buf(),
         source,
     })?;
-    serde_json::from_str(&text).map_err(|error| crate::Error::Config {
+    let config = serde_json::from_str(&text).map_err(|error| crate::Error::Config {
         path: path.to_path_buf(),
         problem: crate::ConfigProblem::NotModelConfig { message: error.to_string() },
-    })
+    })?;
+    check(&config, path)?;
+    Ok(config)
 }
 
 /// The most layers a configuration may ask for. The largest published models have a few
