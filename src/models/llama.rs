@@ -97,6 +97,13 @@ impl LlamaConfig {
         }
         checks.at_most("num_hidden_layers", self.num_hidden_layers, super::MAX_LAYERS)?;
         let (hidden, inner, head_dim) = (self.hidden_size, self.intermediate_size, self.head_dim());
+        // The attention widths are computed even for a model without layers.
+        checks.addressable(
+            &[("num_attention_heads", self.num_attention_heads), ("head_dim", head_dim)],
+            1,
+            &[&[self.num_attention_heads, head_dim]],
+            &[],
+        )?;
         checks.addressable(
             &[
                 ("vocab_size", self.vocab_size),

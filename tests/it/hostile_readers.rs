@@ -503,6 +503,14 @@ fn llama_configs_with_unusable_fields_name_the_file_and_the_field() {
                 AtMost { limit: nnx::models::MAX_LAYERS as u64 },
             ),
             (json!({ "intermediate_size": HUGE }), "intermediate_size", HUGE, Addressable),
+            // Found by the `config` fuzz target: without layers the per-layer sizes are never
+            // multiplied, but the attention widths still are.
+            (
+                json!({ "num_hidden_layers": 0, "num_attention_heads": 1u64 << 62, "num_key_value_heads": null, "head_dim": 8 }),
+                "num_attention_heads",
+                1 << 62,
+                Addressable,
+            ),
         ],
     );
 }
