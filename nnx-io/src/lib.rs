@@ -9,6 +9,7 @@
 mod archive;
 mod error;
 mod header;
+pub mod hub;
 mod import;
 mod index;
 mod mapped;
