@@ -20,7 +20,7 @@ mod write;
 
 pub use archive::{Archive, EntryInfo, EntryLocation};
 pub use error::{
-    ConfigProblem, ConfigRule, Error, ExportProblem, IndexProblem, PickleLimit, PickleProblem, Result, ShardProblem,
+    ConfigProblem, ConfigRule, Error, ExportProblem, HubProblem, IndexProblem, PickleLimit, PickleProblem, Result, ShardProblem,
     TorchProblem, UnsavableProblem, ZipRecordProblem,
 };
 pub use header::HeaderProblem;

@@ -7,10 +7,12 @@ use nnx_core::{DType, DidYouMean};
 
 mod file_kind;
 mod header;
+mod hub;
 mod torch;
 
 pub use file_kind::FileKind;
 pub use header::HeaderProblem;
+pub use hub::{HubProblem, Missing, Offline};
 pub use torch::{PickleLimit, PickleProblem, TorchProblem, ZipRecordProblem};
 
 /// Result with the nnx-io [`Error`].
@@ -20,6 +22,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A Hub repository, or its snapshot in the cache, cannot be had.
+    #[error("Hub repository `{repo}`: {problem}")]
+    Hub {
+        /// The repository id (`org/name`).
+        repo: String,
+        /// What went wrong.
+        problem: HubProblem,
+    },
     /// The operating system refused a file operation.
     #[error("cannot {action} `{path}`: {source}")]
     Io {
@@ -384,6 +394,12 @@ pub enum ConfigProblem {
         /// The field (`bits`, `group_size`).
         key: &'static str,
     },
+    /// A configuration being saved that does not serialize to a JSON object (a struct with
+    /// named fields, or a map with string keys), which is what `config.json` holds.
+    NotSerializableObject {
+        /// What serializing gave, or the serializer's message.
+        message: String,
+    },
 }
 
 impl std::fmt::Display for ConfigProblem {
@@ -403,6 +419,10 @@ impl std::fmt::Display for ConfigProblem {
             ConfigProblem::QuantizationField { at, key } => {
                 write!(f, "`quantization{at}` needs an integer `{key}` (for example 4 bits, group size 64)")
             }
+            ConfigProblem::NotSerializableObject { message } => write!(
+                f,
+                "the configuration does not serialize to a JSON object ({message}): make it a struct with named fields that derives `Serialize`"
+            ),
         }
     }
 }

@@ -1,0 +1,274 @@
+//! The Hugging Face cache, laid out exactly as `huggingface_hub` lays it out, so that each
+//! reads what the other wrote:
+//!
+//! ```text
+//! <cache>/models--org--name/
+//!     blobs/<etag>                     file contents, named by their etag (sha256 for LFS files)
+//!     snapshots/<commit>/<path>        relative symlinks into blobs (copies where links fail)
+//!     refs/<revision>                  the commit a branch or tag pointed at when last resolved
+//! <cache>/.locks/models--org--name/<etag>.lock
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use super::RepoId;
+use crate::error::{HubProblem, Offline};
+use crate::{Error, Result};
+
+/// The names of a model's weights in a pretrained folder, in the order a load looks for them.
+pub(crate) const SAFETENSORS: &str = "model.safetensors";
+pub(crate) const SAFETENSORS_INDEX: &str = "model.safetensors.index.json";
+pub(crate) const TORCH: &str = "pytorch_model.bin";
+pub(crate) const TORCH_INDEX: &str = "pytorch_model.bin.index.json";
+
+/// The shared cache of Hub downloads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+/// Whether an environment variable holds one of the truthy words `huggingface_hub` accepts.
+pub(crate) fn env_flag(name: &str) -> bool {
+    std::env::var(name)
+        .is_ok_and(|value| matches!(value.trim().to_ascii_uppercase().as_str(), "1" | "ON" | "YES" | "TRUE"))
+}
+
+/// A non-empty environment variable.
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from)
+}
+
+/// `HF_HOME`, else `$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`.
+pub(crate) fn hf_home() -> PathBuf {
+    env_path("HF_HOME").unwrap_or_else(|| {
+        let cache = env_path("XDG_CACHE_HOME").unwrap_or_else(|| home().join(".cache"));
+        cache.join("huggingface")
+    })
+}
+
+fn home() -> PathBuf {
+    env_path("HOME").or_else(|| env_path("USERPROFILE")).unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Whether `HF_HUB_OFFLINE` asks that the network never be used.
+pub fn offline() -> bool {
+    env_flag("HF_HUB_OFFLINE")
+}
+
+/// The token: `HF_TOKEN`, else the token file (`HF_TOKEN_PATH`, else `HF_HOME/token`) that
+/// `huggingface-cli login` writes.
+pub fn token() -> Option<String> {
+    if let Ok(token) = std::env::var("HF_TOKEN") {
+        let token = token.trim().to_string();
+        if !token.is_empty() {
+            return Some(token);
+        }
+    }
+    let path = env_path("HF_TOKEN_PATH").unwrap_or_else(|| hf_home().join("token"));
+    let token = std::fs::read_to_string(path).ok()?.trim().to_string();
+    (!token.is_empty()).then_some(token)
+}
+
+/// Whether `revision` is a full commit hash (then it names its snapshot directly).
+pub(crate) fn is_commit(revision: &str) -> bool {
+    revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Whether a path in a repository is relative and stays inside it, so that joining it to a
+/// snapshot folder cannot escape the cache.
+pub(crate) fn safe_relative(path: &str) -> bool {
+    !path.is_empty()
+        && !path.starts_with('/')
+        && !path.contains('\\')
+        && path.split('/').all(|part| !part.is_empty() && part != "." && part != "..")
+}
+
+impl Cache {
+    /// The cache the environment names: `HF_HUB_CACHE`, else `HF_HOME/hub`, else
+    /// `~/.cache/huggingface/hub`.
+    pub fn from_env() -> Cache {
+        let root = env_path("HF_HUB_CACHE")
+            .or_else(|| env_path("HUGGINGFACE_HUB_CACHE"))
+            .unwrap_or_else(|| hf_home().join("hub"));
+        Cache { root }
+    }
+
+    /// A cache at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Cache {
+        Cache { root: root.into() }
+    }
+
+    /// The cache's folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `models--org--name`: the folder of one repository.
+    pub fn repo_folder(&self, repo: &RepoId) -> PathBuf {
+        self.root.join(repo.folder_name())
+    }
+
+    /// The commit `revision` names in the cache: itself when it is a commit hash, else what
+    /// `refs/<revision>` recorded.
+    pub fn commit(&self, repo: &RepoId, revision: &str) -> Option<String> {
+        if is_commit(revision) {
+            return Some(revision.to_string());
+        }
+        if !safe_relative(revision) {
+            return None;
+        }
+        let commit = std::fs::read_to_string(self.repo_folder(repo).join("refs").join(revision)).ok()?;
+        let commit = commit.trim();
+        is_commit(commit).then(|| commit.to_string())
+    }
+
+    /// The snapshot folder of `revision`, when the cache has it.
+    ///
+    /// # Errors
+    /// [`HubProblem::NotCached`] when the revision was never downloaded; `why` says why the
+    /// network was not asked.
+    pub fn snapshot(&self, repo: &RepoId, revision: &str, why: Offline) -> Result<PathBuf> {
+        let folder = self.commit(repo, revision).map(|commit| self.snapshot_folder(repo, &commit));
+        match folder {
+            Some(folder) if folder.is_dir() => Ok(folder),
+            _ => Err(self.not_cached(repo, revision, None, why)),
+        }
+    }
+
+    /// A file of a cached snapshot.
+    ///
+    /// # Errors
+    /// [`HubProblem::NotCached`] naming the file (or the revision) that is missing.
+    pub fn file(&self, repo: &RepoId, revision: &str, path: &str, why: Offline) -> Result<PathBuf> {
+        let snapshot = self.snapshot(repo, revision, why)?;
+        let file = snapshot.join(path);
+        if safe_relative(path) && file.is_file() {
+            Ok(file)
+        } else {
+            Err(self.not_cached(repo, revision, Some(path), why))
+        }
+    }
+
+    /// The cached snapshot of `revision` with everything a load of its model needs: the
+    /// configuration and the weights (one file, or the index and every shard it names).
+    ///
+    /// # Errors
+    /// [`HubProblem::NotCached`] naming the first missing file.
+    pub fn pretrained(&self, repo: &RepoId, revision: &str, why: Offline) -> Result<PathBuf> {
+        let snapshot = self.snapshot(repo, revision, why)?;
+        let missing = |file: &str| self.not_cached(repo, revision, Some(file), why);
+        if !snapshot.join("config.json").is_file() {
+            return Err(missing("config.json"));
+        }
+        for single in [SAFETENSORS, TORCH] {
+            if snapshot.join(single).is_file() {
+                return Ok(snapshot);
+            }
+        }
+        for index in [SAFETENSORS_INDEX, TORCH_INDEX] {
+            let path = snapshot.join(index);
+            if path.is_file() {
+                for shard in shards_of(&path)? {
+                    if !snapshot.join(&shard).is_file() {
+                        return Err(missing(&shard));
+                    }
+                }
+                return Ok(snapshot);
+            }
+        }
+        Err(missing(SAFETENSORS))
+    }
+
+    pub(crate) fn not_cached(&self, repo: &RepoId, revision: &str, file: Option<&str>, why: Offline) -> Error {
+        let problem = HubProblem::NotCached {
+            revision: revision.to_string(),
+            file: file.map(str::to_string),
+            cache: self.root.clone(),
+            why,
+        };
+        Error::Hub { repo: repo.to_string(), problem }
+    }
+
+    pub(crate) fn snapshot_folder(&self, repo: &RepoId, commit: &str) -> PathBuf {
+        self.repo_folder(repo).join("snapshots").join(commit)
+    }
+
+    pub(crate) fn blob(&self, repo: &RepoId, etag: &str) -> PathBuf {
+        self.repo_folder(repo).join("blobs").join(etag)
+    }
+
+    pub(crate) fn lock(&self, repo: &RepoId, etag: &str) -> PathBuf {
+        self.root.join(".locks").join(repo.folder_name()).join(format!("{etag}.lock"))
+    }
+
+    /// Records that `revision` (a branch or tag) resolved to `commit`.
+    pub(crate) fn write_ref(&self, repo: &RepoId, revision: &str, commit: &str) -> Result<()> {
+        if revision == commit || !safe_relative(revision) {
+            return Ok(());
+        }
+        let path = self.repo_folder(repo).join("refs").join(revision);
+        if std::fs::read_to_string(&path).is_ok_and(|recorded| recorded == commit) {
+            return Ok(());
+        }
+        let parent = path.parent().unwrap_or(&self.root);
+        create_dir(parent)?;
+        // Written beside and renamed, so a reader never sees half a commit hash.
+        let partial = parent.join(format!(".{}.{}.partial", file_name(&path), std::process::id()));
+        std::fs::write(&partial, commit).map_err(Error::io("write", &partial))?;
+        std::fs::rename(&partial, &path).map_err(Error::io("rename", &path))
+    }
+
+    /// Makes `snapshots/<commit>/<path>` point at the blob: a relative symlink, or a copy where
+    /// the file system has no symlinks.
+    pub(crate) fn link(&self, repo: &RepoId, commit: &str, path: &str, etag: &str) -> Result<PathBuf> {
+        let pointer = self.snapshot_folder(repo, commit).join(path);
+        let blob = self.blob(repo, etag);
+        let parent = pointer.parent().unwrap_or(&self.root);
+        create_dir(parent)?;
+        // From the pointer's folder up to the repository folder, then into blobs.
+        let depth = path.split('/').count() + 1;
+        let mut target = PathBuf::new();
+        for _ in 0..depth {
+            target.push("..");
+        }
+        target.push("blobs");
+        target.push(etag);
+        if std::fs::symlink_metadata(&pointer).is_ok() {
+            std::fs::remove_file(&pointer).map_err(Error::io("replace", &pointer))?;
+        }
+        if symlink(&target, &pointer).is_err() {
+            std::fs::copy(&blob, &pointer).map_err(Error::io("copy into the snapshot", &pointer))?;
+        }
+        Ok(pointer)
+    }
+}
+
+#[cfg(unix)]
+fn symlink(target: &Path, link: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(target, link)
+}
+
+#[cfg(windows)]
+fn symlink(target: &Path, link: &Path) -> std::io::Result<()> {
+    std::os::windows::fs::symlink_file(target, link)
+}
+
+#[cfg(not(any(unix, windows)))]
+fn symlink(_: &Path, _: &Path) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+/// The shard file names an index names, in order of first mention (checked by the index
+/// reader: plain file names beside the index).
+pub(crate) fn shards_of(index: &Path) -> Result<Vec<String>> {
+    let index = crate::index::ShardIndex::read(index)?;
+    Ok(index.shards.iter().map(|shard| file_name(shard)).collect())
+}
+
+pub(crate) fn create_dir(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path).map_err(Error::io("create the folder", path))
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default()
+}
