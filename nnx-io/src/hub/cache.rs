@@ -10,6 +10,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::RepoId;
 use crate::error::{HubProblem, Offline};
@@ -213,7 +214,7 @@ impl Cache {
         let parent = path.parent().unwrap_or(&self.root);
         create_dir(parent)?;
         // Written beside and renamed, so a reader never sees half a commit hash.
-        let partial = parent.join(format!(".{}.{}.partial", file_name(&path), std::process::id()));
+        let partial = beside(&path, "partial");
         std::fs::write(&partial, commit).map_err(Error::io("write", &partial))?;
         std::fs::rename(&partial, &path).map_err(Error::io("rename", &path))
     }
@@ -233,14 +234,26 @@ impl Cache {
         }
         target.push("blobs");
         target.push(etag);
-        if std::fs::symlink_metadata(&pointer).is_ok() {
-            std::fs::remove_file(&pointer).map_err(Error::io("replace", &pointer))?;
+        if std::fs::read_link(&pointer).is_ok_and(|existing| existing == target) {
+            return Ok(pointer);
         }
-        if symlink(&target, &pointer).is_err() {
-            std::fs::copy(&blob, &pointer).map_err(Error::io("copy into the snapshot", &pointer))?;
+        // Made beside and renamed over the pointer, so that readers and other writers never see
+        // it missing, and a copy never writes through an existing link into the blob.
+        let temporary = beside(&pointer, "link");
+        let _ = std::fs::remove_file(&temporary);
+        if symlink(&target, &temporary).is_err() {
+            std::fs::copy(&blob, &temporary).map_err(Error::io("copy into the snapshot", &temporary))?;
         }
+        std::fs::rename(&temporary, &pointer).map_err(Error::io("link into the snapshot", &pointer))?;
         Ok(pointer)
     }
+}
+
+/// A hidden name beside `path` that no other thread or process uses.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let unique = NEXT.fetch_add(1, Ordering::Relaxed);
+    path.with_file_name(format!(".{}.{}.{unique}.{suffix}", file_name(path), std::process::id()))
 }
 
 #[cfg(unix)]

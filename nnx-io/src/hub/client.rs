@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sha2::{Digest, Sha256};
 
+use super::RepoId;
 use super::cache::{self, Cache, SAFETENSORS, SAFETENSORS_INDEX, TORCH, TORCH_INDEX, env_flag, is_commit};
 use super::http::{About, Http, Reply, Request, encode_path, encode_segment, protocol, refused};
-use super::RepoId;
 use crate::error::{HubProblem, Offline};
 use crate::{Error, Result};
 
@@ -208,7 +208,9 @@ impl Hub {
         }
         let (commit, listing) = match self.revision(repo, revision) {
             Ok(found) => found,
-            Err(error) => return self.cached_instead(repo, revision, error, |why| self.cache.pretrained(repo, revision, why)),
+            Err(error) => {
+                return self.cached_instead(repo, revision, error, |why| self.cache.pretrained(repo, revision, why));
+            }
         };
         self.cache.write_ref(repo, revision, &commit)?;
         let has = |name: &str| listing.iter().any(|file| file == name);
@@ -239,9 +241,8 @@ impl Hub {
         let mut globs = globset::GlobSetBuilder::new();
         for pattern in include {
             let pattern = if pattern.ends_with('/') { format!("{pattern}*") } else { pattern.clone() };
-            let glob = globset::Glob::new(&pattern).map_err(|error| {
-                self.hub_error(repo, HubProblem::BadUrl { given: format!("{pattern} ({error})") })
-            })?;
+            let glob = globset::Glob::new(&pattern)
+                .map_err(|error| self.hub_error(repo, HubProblem::BadUrl { given: format!("{pattern} ({error})") }))?;
             globs.add(glob);
         }
         let globs = globs.build().map_err(|error| {
@@ -365,8 +366,7 @@ impl Hub {
     /// HEAD on the resolve URL, following the Hub's relative redirects (renamed repositories)
     /// and stopping at a redirect to another origin, whose headers describe the file.
     fn metadata(&self, repo: &RepoId, revision: &str, path: &str) -> Result<FileMeta> {
-        let mut url =
-            format!("{}/{}/resolve/{}/{}", self.endpoint, repo, encode_segment(revision), encode_path(path));
+        let mut url = format!("{}/{}/resolve/{}/{}", self.endpoint, repo, encode_segment(revision), encode_path(path));
         for _ in 0..10 {
             let request = Request::new("HEAD", url.clone()).header("Accept-Encoding", "identity");
             let reply = self.http.send(repo, &request)?;
@@ -388,12 +388,16 @@ impl Hub {
 
     fn file_meta(&self, repo: &RepoId, reply: &Reply, location: Option<String>, status: u16) -> Result<FileMeta> {
         let need = |name: &str| {
-            reply.header(name).map(str::to_string).ok_or_else(|| protocol(repo, &reply.url, format!("no `{name}` header")))
+            reply
+                .header(name)
+                .map(str::to_string)
+                .ok_or_else(|| protocol(repo, &reply.url, format!("no `{name}` header")))
         };
         let commit = need("x-repo-commit")?;
         let etag = reply.header("x-linked-etag").or_else(|| reply.header("etag")).map(normalize_etag);
         let etag = etag.filter(|etag| cache::safe_relative(etag) && !etag.contains('/'));
-        let etag = etag.ok_or_else(|| protocol(repo, &reply.url, "no usable `ETag` or `X-Linked-Etag` header".into()))?;
+        let etag =
+            etag.ok_or_else(|| protocol(repo, &reply.url, "no usable `ETag` or `X-Linked-Etag` header".into()))?;
         if !is_commit(&commit) {
             return Err(protocol(repo, &reply.url, format!("`X-Repo-Commit` is `{commit}`, not a commit hash")));
         }
@@ -433,8 +437,10 @@ impl Hub {
         let incomplete = blob.with_file_name(format!("{}.incomplete", meta.etag));
         let bar = bars.map(|bars| {
             let bar = bars.add(ProgressBar::new(meta.size.unwrap_or(0)));
-            let style = ProgressStyle::with_template("{msg:30!} {bar:30} {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12} {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar());
+            let style = ProgressStyle::with_template(
+                "{msg:30!} {bar:30} {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12} {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
             bar.set_style(style);
             bar.set_message(path.to_string());
             bar
@@ -454,7 +460,14 @@ impl Hub {
     }
 
     /// Fills `incomplete` from the file's location, resuming after what it holds.
-    fn transfer(&self, repo: &RepoId, path: &str, meta: &FileMeta, incomplete: &Path, bar: Option<&ProgressBar>) -> Result<()> {
+    fn transfer(
+        &self,
+        repo: &RepoId,
+        path: &str,
+        meta: &FileMeta,
+        incomplete: &Path,
+        bar: Option<&ProgressBar>,
+    ) -> Result<()> {
         let mut attempt = 0;
         loop {
             let mut have = std::fs::metadata(incomplete).map(|m| m.len()).unwrap_or(0);

@@ -28,10 +28,13 @@ impl Reply {
 
     /// The body as JSON (at most 64 MiB: the Hub's listings are far smaller).
     pub(crate) fn json(mut self, repo: &RepoId) -> Result<serde_json::Value> {
-        let text = self.response.body_mut().with_config().limit(64 << 20).read_to_string().map_err(|error| {
-            Error::Hub { repo: repo.to_string(), problem: HubProblem::Network { url: self.url.clone(), message: error.to_string() } }
-        })?;
-        serde_json::from_str(&text).map_err(|error| protocol(repo, &self.url, format!("the body is not JSON ({error})")))
+        let text =
+            self.response.body_mut().with_config().limit(64 << 20).read_to_string().map_err(|error| Error::Hub {
+                repo: repo.to_string(),
+                problem: HubProblem::Network { url: self.url.clone(), message: error.to_string() },
+            })?;
+        serde_json::from_str(&text)
+            .map_err(|error| protocol(repo, &self.url, format!("the body is not JSON ({error})")))
     }
 }
 
@@ -143,7 +146,8 @@ impl Http {
             Body::None => builder.body(()).map(|request| self.agent.run(request)),
             Body::Bytes(bytes) => builder.body(bytes).map(|request| self.agent.run(request)),
             Body::File(path) => {
-                let file = std::fs::File::open(path).map_err(|error| format!("cannot open `{}`: {error}", path.display()))?;
+                let file =
+                    std::fs::File::open(path).map_err(|error| format!("cannot open `{}`: {error}", path.display()))?;
                 builder.body(file).map(|request| self.agent.run(request))
             }
         };

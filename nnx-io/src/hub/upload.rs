@@ -152,7 +152,8 @@ impl Hub {
             return Ok(());
         }
         let url = format!("{}/{}.git/info/lfs/objects/batch", self.endpoint(), repo);
-        let objects: Vec<Value> = lfs.iter().map(|upload| json!({ "oid": upload.sha256, "size": upload.size })).collect();
+        let objects: Vec<Value> =
+            lfs.iter().map(|upload| json!({ "oid": upload.sha256, "size": upload.size })).collect();
         let body = json!({
             "operation": "upload",
             "transfers": ["basic"],
@@ -171,14 +172,19 @@ impl Hub {
         for object in answered {
             let oid = object.get("oid").and_then(Value::as_str).unwrap_or_default();
             let upload = lfs.iter().find(|upload| upload.sha256 == oid);
-            let upload = upload.ok_or_else(|| protocol(repo, &url, format!("an object `{oid}` that was not asked for")))?;
+            let upload =
+                upload.ok_or_else(|| protocol(repo, &url, format!("an object `{oid}` that was not asked for")))?;
             if let Some(error) = object.get("error") {
                 return Err(Error::Hub {
                     repo: repo.to_string(),
                     problem: HubProblem::Status {
                         url: url.clone(),
                         status: error.get("code").and_then(Value::as_u64).unwrap_or(0) as u16,
-                        message: format!("`{}`: {}", upload.path, error.get("message").and_then(Value::as_str).unwrap_or("refused")),
+                        message: format!(
+                            "`{}`: {}",
+                            upload.path,
+                            error.get("message").and_then(Value::as_str).unwrap_or("refused")
+                        ),
                     },
                 });
             }
@@ -214,9 +220,17 @@ impl Hub {
     }
 
     /// One commit of every file: regular ones inline, LFS ones by their pointer.
-    fn commit(&self, repo: &RepoId, revision: &str, message: &str, regular: &[&Upload], lfs: &[&Upload]) -> Result<CommitInfo> {
+    fn commit(
+        &self,
+        repo: &RepoId,
+        revision: &str,
+        message: &str,
+        regular: &[&Upload],
+        lfs: &[&Upload],
+    ) -> Result<CommitInfo> {
         let url = format!("{}/api/models/{}/commit/{}", self.endpoint(), repo, encode_segment(revision));
-        let mut lines = vec![json!({ "key": "header", "value": { "summary": message, "description": "" } }).to_string()];
+        let mut lines =
+            vec![json!({ "key": "header", "value": { "summary": message, "description": "" } }).to_string()];
         for upload in regular {
             let content = std::fs::read(&upload.local).map_err(Error::io("read", &upload.local))?;
             let value = json!({ "content": BASE64.encode(content), "path": upload.path, "encoding": "base64" });

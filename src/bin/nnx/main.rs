@@ -5,6 +5,7 @@
 mod convert;
 mod dequantize;
 mod diff;
+mod download;
 mod inspect;
 mod quantize;
 
@@ -25,8 +26,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// List entries (name, dtype, shape, bytes, offsets), metadata and totals.
+    ///
+    /// Every input path may also be a Hub path, `hf://org/name[@revision][/file]`: it is
+    /// downloaded into the shared Hugging Face cache first (or read from it when offline).
     Inspect {
-        /// A `.safetensors` file, a shard index (`*.index.json`) or a folder.
+        /// A `.safetensors` file, a shard index (`*.index.json`), a folder or an `hf://` path.
         path: PathBuf,
         /// Print one JSON object instead of a table.
         #[arg(long)]
@@ -35,7 +39,7 @@ enum Command {
     /// Quantize 2-D float weights (MLX affine Q4/Q8 or SeedLM SEED4/SEED4P4); other entries are
     /// copied.
     Quantize {
-        /// A `.safetensors` file, a shard index or a folder.
+        /// A `.safetensors` file, a shard index, a folder or an `hf://` path.
         input: PathBuf,
         /// The output file, or folder (page-aligned shards with `config.json`).
         output: PathBuf,
@@ -53,7 +57,7 @@ enum Command {
     /// Decode every quantized weight (affine, SEED4, SEED4P4) back to a float `NAME.weight`;
     /// other entries are copied.
     Dequantize {
-        /// A `.safetensors` file, a shard index or a folder.
+        /// A `.safetensors` file, a shard index, a folder or an `hf://` path.
         input: PathBuf,
         /// The output file or folder.
         output: PathBuf,
@@ -64,8 +68,8 @@ enum Command {
     },
     /// Convert a PyTorch checkpoint or SafeTensors weights to SafeTensors, keeping the metadata.
     Convert {
-        /// A PyTorch checkpoint (`.bin`, `.pt`, `.pth`), a `.safetensors` file, a shard index or
-        /// a folder holding one of them.
+        /// A PyTorch checkpoint (`.bin`, `.pt`, `.pth`), a `.safetensors` file, a shard index, a
+        /// folder holding one of them, or an `hf://` path.
         input: PathBuf,
         /// The output `.safetensors` file; with `--max-shard-size`, a folder that receives the
         /// shards and `model.safetensors.index.json`.
@@ -88,7 +92,7 @@ enum Command {
     /// differences, and the largest difference and the count of differing elements of the
     /// others. Exits 0 when equal, 1 when different, 2 on error.
     Diff {
-        /// The first checkpoint (any format `convert` reads).
+        /// The first checkpoint (any format or `hf://` path `convert` reads).
         a: PathBuf,
         /// The second checkpoint.
         b: PathBuf,
@@ -99,6 +103,28 @@ enum Command {
         #[arg(long, default_value_t = 0.0, value_name = "X", value_parser = diff::parse_tolerance)]
         atol: f64,
     },
+    /// Download a model from the Hugging Face Hub into the shared cache (`HF_HUB_CACHE`,
+    /// `HF_HOME`, `HF_ENDPOINT`, `HF_TOKEN` and `HF_HUB_OFFLINE` as for `huggingface_hub`) and
+    /// print its snapshot folder as the last line.
+    Download {
+        /// A repository id (`org/name`) or `hf://org/name[@revision]`.
+        repo: String,
+        /// A branch, tag or commit (default `main`).
+        #[arg(long)]
+        revision: Option<String>,
+        /// Download the files matching this glob (`*` crosses folders; `sub/` means all under
+        /// it) instead of what a load of the model needs; `--include '*'` downloads everything.
+        #[arg(long, value_name = "GLOB")]
+        include: Vec<String>,
+    },
+}
+
+/// A path the user gave: `hf://` paths become the local files of the Hugging Face cache.
+fn local(path: PathBuf) -> Result<PathBuf, CliError> {
+    match path.to_str() {
+        Some(text) if text.starts_with(nnx::hub::HubPath::SCHEME) => Ok(nnx::hub::local_path(text)?),
+        _ => Ok(path),
+    }
 }
 
 /// A command's failure, printed as one line after `error: `.
@@ -153,11 +179,16 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Inspect { path, json } => inspect::run(&path, json).map_err(CliError::from),
-        Command::Quantize { input, output, encoding, group_size, pattern } => {
-            quantize::run(&input, &output, encoding, group_size, pattern.as_deref())
+        Command::Inspect { path, json } => {
+            local(path).and_then(|path| inspect::run(&path, json).map_err(CliError::from))
         }
-        Command::Dequantize { input, output, dtype } => dequantize::run(&input, &output, dtype),
+        Command::Quantize { input, output, encoding, group_size, pattern } => {
+            local(input).and_then(|input| quantize::run(&input, &output, encoding, group_size, pattern.as_deref()))
+        }
+        Command::Dequantize { input, output, dtype } => {
+            local(input).and_then(|input| dequantize::run(&input, &output, dtype))
+        }
+        Command::Download { repo, revision, include } => download::run(&repo, revision.as_deref(), &include),
         Command::Convert { input, output, dtype, page_align, max_shard_size, select } => {
             let options = convert::Options {
                 dtype: dtype.map(dequantize::FloatType::dtype),
@@ -165,10 +196,11 @@ fn main() -> ExitCode {
                 max_shard_bytes: max_shard_size,
                 select,
             };
-            convert::run(&input, &output, &options)
+            local(input).and_then(|input| convert::run(&input, &output, &options))
         }
         Command::Diff { a, b, json, atol } => {
-            return match diff::run(&a, &b, json, atol) {
+            let inputs = local(a).and_then(|a| Ok((a, local(b)?)));
+            return match inputs.and_then(|(a, b)| diff::run(&a, &b, json, atol)) {
                 Ok((text, equal)) => {
                     print!("{text}");
                     ExitCode::from(if equal { 0 } else { 1 })
