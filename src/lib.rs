@@ -31,6 +31,8 @@ extern crate self as nnx;
 
 #[cfg(feature = "kernels")]
 pub mod models;
+#[cfg(feature = "kernels")]
+mod pretrained;
 
 pub use nnx_derive::Module;
 
@@ -49,6 +51,10 @@ pub use nnx_core::{
     key_table, module_specs,
 };
 
+// Pretrained folders: `config.json`, weights and a model card, saved and loaded as a whole.
+#[cfg(feature = "kernels")]
+pub use pretrained::{Pretrained, PretrainedOptions};
+
 // Layers and quantized encodings.
 pub use nnx_core::{nn, quant};
 
@@ -62,7 +68,7 @@ pub use nnx_io::{
 // What errors report, for programs that match on them.
 pub use nnx_core::{ConcatProblem, DidYouMean, HookError, LoadAction, OpChain, ProblemKind, ProblemSource, SourceOp};
 pub use nnx_io::{
-    ConfigProblem, ExportProblem, IndexProblem, PickleLimit, PickleProblem, ShardProblem, TorchProblem,
+    ConfigProblem, ExportProblem, HubProblem, IndexProblem, PickleLimit, PickleProblem, ShardProblem, TorchProblem,
     UnsavableProblem, ZipRecordProblem,
 };
 

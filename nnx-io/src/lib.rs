@@ -20,8 +20,8 @@ mod write;
 
 pub use archive::{Archive, EntryInfo, EntryLocation};
 pub use error::{
-    ConfigProblem, ConfigRule, Error, ExportProblem, HubProblem, IndexProblem, PickleLimit, PickleProblem, Result, ShardProblem,
-    TorchProblem, UnsavableProblem, ZipRecordProblem,
+    ConfigProblem, ConfigRule, Error, ExportProblem, HubProblem, IndexProblem, PickleLimit, PickleProblem, Result,
+    ShardProblem, TorchProblem, UnsavableProblem, ZipRecordProblem,
 };
 pub use header::HeaderProblem;
 pub use import::{

@@ -8,7 +8,10 @@ use crate::nn::{Embedding, Init, LayerNorm, Linear};
 use crate::{DType, Module, Tensor};
 
 /// The fields of a BERT `config.json` that shape the model.
-#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+///
+/// The fields nnx does not use are kept in [`extra`](BertConfig::extra), so a configuration
+/// read and written again ([`crate::Pretrained::save_pretrained`]) loses none of them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BertConfig {
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -28,6 +31,10 @@ pub struct BertConfig {
     /// LayerNorm epsilon.
     #[serde(default = "default_epsilon")]
     pub layer_norm_eps: f32,
+    /// Every other field of the file (`model_type`, `hidden_act`, dropout rates, ...), as
+    /// read: nnx does not use them and writes them back.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 fn default_types() -> usize {
@@ -244,5 +251,25 @@ impl Bert {
     /// As [`Bert::forward`].
     pub fn embed(&self, batch: &Batch) -> crate::Result<Tensor> {
         Ok(self.forward(batch)?.mean_pool(&batch.mask)?.l2_normalize()?)
+    }
+}
+
+/// A folder of `BertModel` (`model_type` `bert`), the encoder without its pooler: the pooler of
+/// a transformers checkpoint is left unused on import.
+impl crate::Pretrained for Bert {
+    type Config = BertConfig;
+    const MODEL_TYPE: &'static str = "bert";
+    const ARCHITECTURE: &'static str = "BertModel";
+
+    fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    fn build(config: &BertConfig, dtype: DType) -> crate::Result<Bert> {
+        Ok(Bert::new(config, dtype, Init::Meta))
+    }
+
+    fn check_config(config: &BertConfig, path: &Path) -> crate::Result<()> {
+        config.check(path)
     }
 }

@@ -8,7 +8,10 @@ use crate::nn::{Embedding, Init, LayerNorm, Linear};
 use crate::{DType, Module, Tensor};
 
 /// The fields of a GPT-2 `config.json` that shape the model.
-#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+///
+/// The fields nnx does not use are kept in [`extra`](Gpt2Config::extra), so a configuration
+/// read and written again ([`crate::Pretrained::save_pretrained`]) loses none of them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Gpt2Config {
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -21,11 +24,15 @@ pub struct Gpt2Config {
     /// Attention heads per block.
     pub n_head: usize,
     /// Width of the MLP (default `4 * n_embd`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n_inner: Option<usize>,
     /// LayerNorm epsilon.
     #[serde(default = "default_epsilon")]
     pub layer_norm_epsilon: f32,
+    /// Every other field of the file (`model_type`, `activation_function`, token ids, ...),
+    /// as read: nnx does not use them and writes them back.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 fn default_epsilon() -> f32 {
@@ -212,5 +219,25 @@ impl Gpt2 {
 impl super::CausalLm for Gpt2 {
     fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
         self.forward(ids)
+    }
+}
+
+/// A folder of `GPT2LMHeadModel` (`model_type` `gpt2`): transformers' layout imports, nnx's
+/// own layout loads strictly, and `lm_head` is saved once, as `wte`.
+impl crate::Pretrained for Gpt2 {
+    type Config = Gpt2Config;
+    const MODEL_TYPE: &'static str = "gpt2";
+    const ARCHITECTURE: &'static str = "GPT2LMHeadModel";
+
+    fn config(&self) -> &Gpt2Config {
+        &self.config
+    }
+
+    fn build(config: &Gpt2Config, dtype: DType) -> crate::Result<Gpt2> {
+        Ok(Gpt2::new(config, dtype, Init::Meta))
+    }
+
+    fn check_config(config: &Gpt2Config, path: &Path) -> crate::Result<()> {
+        config.check(path)
     }
 }

@@ -8,7 +8,10 @@ use crate::nn::{Embedding, Init, Linear, RmsNorm};
 use crate::{DType, Module, Tensor};
 
 /// The fields of a Llama `config.json` that shape the model.
-#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+///
+/// The fields nnx does not use are kept in [`extra`](LlamaConfig::extra), so a configuration
+/// read and written again ([`crate::Pretrained::save_pretrained`]) loses none of them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LlamaConfig {
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -21,10 +24,10 @@ pub struct LlamaConfig {
     /// Query heads.
     pub num_attention_heads: usize,
     /// Key/value heads (grouped-query attention); defaults to the query heads.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_key_value_heads: Option<usize>,
     /// Width of one head; defaults to `hidden_size / num_attention_heads`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_dim: Option<usize>,
     /// RMSNorm epsilon.
     #[serde(default = "default_epsilon")]
@@ -33,19 +36,26 @@ pub struct LlamaConfig {
     #[serde(default)]
     pub tie_word_embeddings: bool,
     /// Rotary base (older configs).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_theta: Option<f32>,
     /// Rotary settings (newer configs).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_parameters: Option<RopeParameters>,
+    /// Every other field of the file (`model_type`, `hidden_act`, token ids, ...), as read:
+    /// nnx does not use them and writes them back.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The `rope_parameters` object of newer configs.
-#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RopeParameters {
     /// Rotary base.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_theta: Option<f32>,
+    /// Every other field of the object (`rope_type`, scaling factors, ...), as read.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 fn default_epsilon() -> f32 {
@@ -279,5 +289,25 @@ impl Llama {
 impl super::CausalLm for Llama {
     fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
         self.forward(ids)
+    }
+}
+
+/// A folder of `LlamaForCausalLM` (`model_type` `llama`), in the dtype of its weights (BF16
+/// checkpoints load as BF16 views of the file).
+impl crate::Pretrained for Llama {
+    type Config = LlamaConfig;
+    const MODEL_TYPE: &'static str = "llama";
+    const ARCHITECTURE: &'static str = "LlamaForCausalLM";
+
+    fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    fn build(config: &LlamaConfig, dtype: DType) -> crate::Result<Llama> {
+        Ok(Llama::new(config, dtype, Init::Meta))
+    }
+
+    fn check_config(config: &LlamaConfig, path: &Path) -> crate::Result<()> {
+        config.check(path)
     }
 }

@@ -25,7 +25,8 @@ pub struct SentenceEncoder {
 }
 
 impl SentenceEncoder {
-    /// Loads the folder: the weights are imported as views of the mapped `model.safetensors`.
+    /// Loads the folder: the weights are imported as views of the mapped `model.safetensors`
+    /// (or loaded, when the folder was written by [`crate::Pretrained::save_pretrained`]).
     ///
     /// # Errors
     /// A missing or unreadable file (named), [`Error::Tokenizer`] for a `tokenizer.json` the
@@ -56,7 +57,9 @@ impl SentenceEncoder {
             .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
             .map_err(text_error)?;
         let mut model = Bert::new(&config, DType::F32, Init::Meta);
-        let report = Archive::open(&folder)?.import_into(&mut model, "")?;
+        // A folder that `save_pretrained` wrote is in the model's own names; one from
+        // sentence-transformers in transformers' names.
+        let report = crate::pretrained::load_weights(&Archive::open(&folder)?, &mut model)?;
         Ok(SentenceEncoder { tokenizer, model, folder, report })
     }
 
@@ -65,7 +68,8 @@ impl SentenceEncoder {
         &self.folder
     }
 
-    /// What the import read (entries such as the pooler are listed as unused).
+    /// What the import read (entries such as the pooler are listed as unused); empty for a
+    /// folder in the model's own names.
     pub fn import_report(&self) -> &ImportReport {
         &self.report
     }

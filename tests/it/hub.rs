@@ -432,3 +432,52 @@ fn the_command_line_downloads_and_reads_hub_paths() {
     assert_eq!(code, 1);
     assert!(err.contains("not a repository id"), "{err}");
 }
+
+/// Runs in a child process (its environment names the fake Hub): pushes the GPT-2 fixture, then
+/// loads it back by repository id through `from_pretrained`.
+#[test]
+#[ignore = "run by push_to_hub_then_from_pretrained_by_repo_id in a child process"]
+fn push_child() {
+    use nnx::Pretrained;
+    use nnx::models::gpt2::Gpt2;
+    if std::env::var_os("NNX_PUSH_CHILD").is_none() {
+        return;
+    }
+    let model = Gpt2::from_pretrained(fixtures().join("gpt2-tiny")).unwrap();
+    let commit = model.push_to_hub("org/pushed").unwrap();
+    let loaded = Gpt2::from_pretrained("org/pushed").unwrap();
+    let again = Gpt2::from_pretrained("hf://org/pushed@main").unwrap();
+    let logits = |model: &Gpt2| model.forward(&[3, 1, 4, 1, 5]).unwrap().to_vec::<f32>().unwrap();
+    assert!(logits(&loaded) == logits(&model) && logits(&again) == logits(&model));
+    assert!(loaded.wte.weight.is_mapped());
+    println!("PUSHED {} {}", commit.commit, commit.lfs.join(","));
+}
+
+#[test]
+fn push_to_hub_then_from_pretrained_by_repo_id() {
+    let server = FakeHub::start();
+    let cache = scratch();
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command.args(["--exact", "hub::push_child", "--ignored", "--nocapture", "--test-threads=1"]);
+    command.env_remove("HF_HUB_OFFLINE").env("NNX_PUSH_CHILD", "1").env("HF_TOKEN", WRITE_TOKEN);
+    for (key, value) in hub_env(&server, cache.path()) {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let at = stdout.find("PUSHED ").unwrap_or_else(|| panic!("the child pushed: {stdout}"));
+    let line = stdout[at..].lines().next().unwrap_or_default();
+    let commit = line.split(' ').nth(1).unwrap();
+    assert_eq!(line.split(' ').nth(2), Some("model.safetensors"));
+    assert_eq!(server.head("org/pushed", "main").as_deref(), Some(commit));
+    let files = server.files("org/pushed", "main");
+    assert_eq!(files.keys().collect::<Vec<_>>(), ["README.md", "config.json", "model.safetensors"]);
+    let card = String::from_utf8_lossy(&files["README.md"]).into_owned();
+    assert!(card.starts_with("---\n") && card.contains("library_name: nnx"), "{card}");
+    let config: serde_json::Value = serde_json::from_slice(&files["config.json"]).unwrap();
+    assert_eq!(config["model_type"], "gpt2");
+    assert_eq!(server.commits("org/pushed").len(), 1, "one commit");
+    // The child's loads went through the shared cache.
+    assert!(cache.path().join("models--org--pushed/refs/main").is_file());
+}

@@ -17,6 +17,7 @@ fn tiny_gpt2() -> Gpt2Config {
         n_head: 2,
         n_inner: None,
         layer_norm_epsilon: 1e-5,
+        extra: serde_json::Map::new(),
     }
 }
 

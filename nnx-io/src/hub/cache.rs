@@ -10,6 +10,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+#[cfg(feature = "hub")]
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::RepoId;
@@ -193,7 +194,11 @@ impl Cache {
     pub(crate) fn snapshot_folder(&self, repo: &RepoId, commit: &str) -> PathBuf {
         self.repo_folder(repo).join("snapshots").join(commit)
     }
+}
 
+/// Writing into the cache, for downloads.
+#[cfg(feature = "hub")]
+impl Cache {
     pub(crate) fn blob(&self, repo: &RepoId, etag: &str) -> PathBuf {
         self.repo_folder(repo).join("blobs").join(etag)
     }
@@ -249,6 +254,7 @@ impl Cache {
     }
 }
 
+#[cfg(feature = "hub")]
 /// A hidden name beside `path` that no other thread or process uses.
 fn beside(path: &Path, suffix: &str) -> PathBuf {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -256,17 +262,17 @@ fn beside(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(format!(".{}.{}.{unique}.{suffix}", file_name(path), std::process::id()))
 }
 
-#[cfg(unix)]
+#[cfg(all(feature = "hub", unix))]
 fn symlink(target: &Path, link: &Path) -> std::io::Result<()> {
     std::os::unix::fs::symlink(target, link)
 }
 
-#[cfg(windows)]
+#[cfg(all(feature = "hub", windows))]
 fn symlink(target: &Path, link: &Path) -> std::io::Result<()> {
     std::os::windows::fs::symlink_file(target, link)
 }
 
-#[cfg(not(any(unix, windows)))]
+#[cfg(all(feature = "hub", not(any(unix, windows))))]
 fn symlink(_: &Path, _: &Path) -> std::io::Result<()> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
@@ -278,6 +284,7 @@ pub(crate) fn shards_of(index: &Path) -> Result<Vec<String>> {
     Ok(index.shards.iter().map(|shard| file_name(shard)).collect())
 }
 
+#[cfg(feature = "hub")]
 pub(crate) fn create_dir(path: &Path) -> Result<()> {
     std::fs::create_dir_all(path).map_err(Error::io("create the folder", path))
 }
