@@ -37,7 +37,10 @@ mod pretrained;
 pub use nnx_derive::Module;
 
 // Tensors.
-pub use nnx_core::{DType, Element, Tensor, UnknownDType};
+/// The GPU device: one wgpu adapter.
+#[cfg(feature = "gpu")]
+pub use nnx_core::Gpu;
+pub use nnx_core::{DType, Device, Element, Host, Tensor, UnknownDType};
 
 // Modules: the trait, its walk, and what the walk reports.
 pub use nnx_core::{

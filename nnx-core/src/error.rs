@@ -34,6 +34,27 @@ pub enum Error {
         /// Bytes supplied.
         found: u64,
     },
+    /// No GPU adapter at the index asked for.
+    #[error(
+        "no GPU adapter {index}: found {}; pick one of those, or install a Vulkan driver (Mesa's `mesa-vulkan-drivers` provides a software one)",
+        if found.is_empty() { "none".to_string() } else { found.join(", ") }
+    )]
+    NoAdapter {
+        /// The index asked for.
+        index: usize,
+        /// The adapters found, as `index: name (backend, type)`.
+        found: Vec<String>,
+    },
+    /// The GPU refused an operation (out of memory, a lost device, a failed transfer).
+    #[error("the GPU `{device}` failed to {action}: {message}")]
+    Gpu {
+        /// The adapter.
+        device: String,
+        /// What was being done.
+        action: &'static str,
+        /// The driver's or wgpu's message.
+        message: String,
+    },
     /// A shape whose element or byte count does not fit in memory addresses.
     #[error("shape {shape:?} of dtype {dtype} is too large to address")]
     TooLarge {

@@ -3,9 +3,12 @@
 //!
 //! Users depend on the `nnx` facade crate, which re-exports everything here.
 
+mod device;
 mod dtype;
 mod element;
 mod error;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 mod kernels;
 mod module;
 pub mod nn;
@@ -16,12 +19,15 @@ mod storage;
 mod table;
 mod tensor;
 
+pub use device::{Device, Host};
 pub use dtype::{DType, UnknownDType};
 pub use element::Element;
 pub use error::{
     ConcatProblem, DidYouMean, Error, HookError, LoadAction, LoadError, OpChain, Problem, ProblemKind, ProblemSource,
     Result, SourceOp,
 };
+#[cfg(feature = "gpu")]
+pub use gpu::Gpu;
 #[allow(deprecated)]
 pub use module::{Entry, Field, Step};
 pub use module::{

@@ -9,6 +9,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use crate::DType;
+use crate::device::{Device, DeviceStorage, Host, HostStorage};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::storage::{AlignedBuf, ByteSource, Storage};
@@ -23,15 +24,18 @@ const PARALLEL_ELEMENTS: usize = 1 << 16;
 /// layout. The storage is an owned buffer, bytes of a mapped file, or nothing at all for
 /// [meta](Tensor::meta) tensors, which carry a dtype and shape for building models before their
 /// weights are known.
-#[derive(Clone)]
-pub struct Tensor {
-    storage: Arc<Storage>,
+///
+/// The device is a type parameter: `Tensor` alone is `Tensor<Host>`, a tensor in host memory.
+pub struct Tensor<D: Device = Host> {
+    storage: Arc<D::Storage>,
     dtype: DType,
     shape: Vec<usize>,
     /// Strides in elements, one per axis.
     strides: Vec<usize>,
     /// Offset of the first element, in elements.
     offset: usize,
+    /// The device the storage lives on.
+    device: D,
 }
 
 fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
@@ -71,11 +75,12 @@ fn packed_bytes(dtype: DType, count: usize) -> usize {
 impl Tensor {
     fn with_storage(storage: Storage, dtype: DType, shape: &[usize]) -> Tensor {
         Tensor {
-            storage: Arc::new(storage),
+            storage: Arc::new(HostStorage(storage)),
             dtype,
             shape: shape.to_vec(),
             strides: contiguous_strides(shape),
             offset: 0,
+            device: Host,
         }
     }
 
@@ -181,6 +186,25 @@ impl Tensor {
         Tensor::with_storage(Storage::Meta, dtype, shape)
     }
 
+    /// Whether the tensor's elements are pages of a mapped file.
+    pub fn is_mapped(&self) -> bool {
+        matches!(&self.storage.0, Storage::Shared { source, .. } if source.is_file_mapping())
+    }
+}
+
+impl<D: Device> Tensor<D> {
+    /// A contiguous tensor over `storage` on `device`.
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+    pub(crate) fn from_parts(storage: Arc<D::Storage>, dtype: DType, shape: &[usize], device: D) -> Tensor<D> {
+        Tensor { storage, dtype, shape: shape.to_vec(), strides: contiguous_strides(shape), offset: 0, device }
+    }
+
+    /// The storage, for the device's kernels.
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+    pub(crate) fn storage(&self) -> &D::Storage {
+        &self.storage
+    }
+
     /// The size of each axis.
     pub fn shape(&self) -> &[usize] {
         &self.shape
@@ -223,16 +247,16 @@ impl Tensor {
 
     /// Whether the tensor has no storage.
     pub fn is_meta(&self) -> bool {
-        matches!(*self.storage, Storage::Meta)
+        self.storage.is_meta()
     }
 
-    /// Whether the tensor's elements are pages of a mapped file.
-    pub fn is_mapped(&self) -> bool {
-        matches!(&*self.storage, Storage::Shared { source, .. } if source.is_file_mapping())
+    /// The device the elements live on.
+    pub fn device(&self) -> &D {
+        &self.device
     }
 
     /// Whether two tensors share one storage (views of each other, or clones).
-    pub fn shares_storage(&self, other: &Tensor) -> bool {
+    pub fn shares_storage(&self, other: &Tensor<D>) -> bool {
         Arc::ptr_eq(&self.storage, &other.storage)
     }
 
@@ -266,7 +290,7 @@ impl Tensor {
     ///
     /// # Errors
     /// [`Error::AxisOutOfRange`] for an axis past the rank; [`Error::SubByte`] for F4/F6.
-    pub fn transpose(&self, a: usize, b: usize) -> Result<Tensor> {
+    pub fn transpose(&self, a: usize, b: usize) -> Result<Tensor<D>> {
         self.check_axis(a)?;
         self.check_axis(b)?;
         let mut axes: Vec<usize> = (0..self.rank()).collect();
@@ -279,7 +303,7 @@ impl Tensor {
     /// # Errors
     /// [`Error::BadPermutation`] when `axes` is not a permutation of `0..rank`;
     /// [`Error::SubByte`] for F4/F6.
-    pub fn permute(&self, axes: &[usize]) -> Result<Tensor> {
+    pub fn permute(&self, axes: &[usize]) -> Result<Tensor<D>> {
         let mut seen = vec![false; self.rank()];
         let valid = axes.len() == self.rank()
             && axes.iter().all(|&axis| axis < seen.len() && !std::mem::replace(&mut seen[axis], true));
@@ -296,6 +320,7 @@ impl Tensor {
             shape: axes.iter().map(|&axis| self.shape[axis]).collect(),
             strides: axes.iter().map(|&axis| self.strides[axis]).collect(),
             offset: self.offset,
+            device: self.device.clone(),
         })
     }
 
@@ -304,7 +329,7 @@ impl Tensor {
     /// # Errors
     /// [`Error::AxisOutOfRange`], [`Error::NarrowOutOfRange`]; [`Error::SubByte`] for F4/F6
     /// unless the view is the whole tensor.
-    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Tensor> {
+    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Tensor<D>> {
         self.check_axis(axis)?;
         let size = self.shape[axis];
         if start.checked_add(len).is_none_or(|end| end > size) {
@@ -340,7 +365,7 @@ impl Tensor {
     /// assert!(view.shares_storage(&storage));
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
-    pub fn as_strided(&self, shape: &[usize], strides: &[usize], offset: usize) -> Result<Tensor> {
+    pub fn as_strided(&self, shape: &[usize], strides: &[usize], offset: usize) -> Result<Tensor<D>> {
         if strides.len() != shape.len() {
             return Err(Error::LengthMismatch {
                 op: "as_strided",
@@ -377,6 +402,7 @@ impl Tensor {
             shape: shape.to_vec(),
             strides: strides.to_vec(),
             offset: self.offset + offset,
+            device: self.device.clone(),
         })
     }
 
@@ -384,7 +410,7 @@ impl Tensor {
     ///
     /// # Errors
     /// [`Error::NotDivisible`] when `parts` is zero or does not divide the axis.
-    pub fn split(&self, axis: usize, parts: usize) -> Result<Vec<Tensor>> {
+    pub fn split(&self, axis: usize, parts: usize) -> Result<Vec<Tensor<D>>> {
         self.check_axis(axis)?;
         let size = self.shape[axis];
         if parts == 0 || !size.is_multiple_of(parts) {
@@ -393,7 +419,9 @@ impl Tensor {
         let piece = size / parts;
         (0..parts).map(|index| self.narrow(axis, index * piece, piece)).collect()
     }
+}
 
+impl Tensor {
     /// The same elements in another shape: a view when the tensor is contiguous (or meta),
     /// otherwise a contiguous copy first.
     ///
@@ -411,6 +439,7 @@ impl Tensor {
             shape: shape.to_vec(),
             strides: contiguous_strides(shape),
             offset: base.offset,
+            device: Host,
         })
     }
 
@@ -452,7 +481,7 @@ impl Tensor {
     }
 
     fn to_bytes_cow(&self) -> Cow<'_, [u8]> {
-        let all = self.storage.bytes().expect("callers exclude meta tensors");
+        let all = self.storage.0.bytes().expect("callers exclude meta tensors");
         if self.is_contiguous() {
             let start = packed_bytes(self.dtype, self.offset);
             Cow::Borrowed(&all[start..start + self.byte_len()])
@@ -466,7 +495,7 @@ impl Tensor {
     /// Copies the elements of a strided (byte-sized) view row-major into `out`.
     fn gather_into(&self, out: &mut [u8]) {
         let size = self.dtype.size_in_bytes().expect("sub-byte tensors are always contiguous");
-        let all = self.storage.bytes().expect("callers exclude meta tensors");
+        let all = self.storage.0.bytes().expect("callers exclude meta tensors");
         if self.is_empty() {
             return;
         }
@@ -706,14 +735,29 @@ fn convert_chunk(from: DType, input: &[u8], to: DType, output: &mut [u8]) {
     }
 }
 
-impl fmt::Debug for Tensor {
+// Cloning shares the storage, on every device.
+impl<D: Device> Clone for Tensor<D> {
+    fn clone(&self) -> Tensor<D> {
+        Tensor {
+            storage: Arc::clone(&self.storage),
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+            offset: self.offset,
+            device: self.device.clone(),
+        }
+    }
+}
+
+impl<D: Device> fmt::Debug for Tensor<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tensor")
+            .field("device", &self.device)
             .field("dtype", &self.dtype)
             .field("shape", &self.shape)
             .field("strides", &self.strides)
             .field("offset", &self.offset)
-            .field("storage", &self.storage)
+            .field("meta", &self.storage.is_meta())
             .finish()
     }
 }

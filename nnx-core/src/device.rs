@@ -1,0 +1,61 @@
+//! Devices: where a tensor's elements live. [`Host`] is the CPU; `Gpu` (the `gpu` feature) is
+//! one wgpu adapter. The device is a type parameter of [`crate::Tensor`], so an operation that
+//! mixes devices does not compile.
+
+use std::fmt;
+
+use crate::storage::Storage;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Where a tensor's elements live: [`Host`], or `Gpu` with the `gpu` feature.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a device",
+    label = "tensors live on `nnx::Host` or `nnx::Gpu`",
+    note = "move a tensor between devices with `to_device(&gpu)` and `to_host()`"
+)]
+pub trait Device: Clone + fmt::Debug + Send + Sync + 'static + sealed::Sealed {
+    /// What holds a tensor's elements on this device.
+    #[doc(hidden)]
+    type Storage: DeviceStorage;
+
+    /// A short name for errors and reports (`host`, `gpu 0 (llvmpipe)`).
+    fn name(&self) -> String;
+}
+
+/// What every device's storage answers.
+#[doc(hidden)]
+pub trait DeviceStorage: Send + Sync + 'static {
+    /// Whether there are no elements at all (a meta tensor).
+    fn is_meta(&self) -> bool;
+}
+
+/// The CPU: tensors in host memory, owned or mapped from files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Host;
+
+impl sealed::Sealed for Host {}
+
+impl Device for Host {
+    type Storage = HostStorage;
+
+    fn name(&self) -> String {
+        "host".to_string()
+    }
+}
+
+/// The storage of a host tensor: opaque, so that only nnx builds one (its invariants are what
+/// makes typed reads sound).
+#[doc(hidden)]
+pub struct HostStorage(pub(crate) Storage);
+
+impl DeviceStorage for HostStorage {
+    fn is_meta(&self) -> bool {
+        matches!(self.0, Storage::Meta)
+    }
+}
+
+#[cfg(feature = "gpu")]
+impl sealed::Sealed for crate::gpu::Gpu {}
