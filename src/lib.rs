@@ -40,7 +40,10 @@ pub use nnx_derive::Module;
 /// The GPU device: one wgpu adapter.
 #[cfg(feature = "gpu")]
 pub use nnx_core::Gpu;
-pub use nnx_core::{DType, Device, Element, Host, Tensor, UnknownDType};
+pub use nnx_core::{DType, Device, Element, Host, Place, Placer, Tensor, UnknownDType};
+/// The kernels every device runs: model code generic over `Tensor<D>: Compute` is written once.
+#[cfg(feature = "kernels")]
+pub use nnx_core::Compute;
 
 // Modules: the trait, its walk, and what the walk reports.
 pub use nnx_core::{

@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::Tensor;
+use crate::error::Result;
 use crate::storage::Storage;
 
 mod sealed {
@@ -23,6 +25,13 @@ pub trait Device: Clone + fmt::Debug + Send + Sync + 'static + sealed::Sealed {
 
     /// A short name for errors and reports (`host`, `gpu 0 (llvmpipe)`).
     fn name(&self) -> String;
+
+    /// `tensor` moved onto this device (a meta tensor stays meta): what [`crate::Place`] calls
+    /// for each leaf.
+    ///
+    /// # Errors
+    /// The device's error when it cannot hold the tensor.
+    fn upload(&self, tensor: &Tensor) -> Result<Tensor<Self>>;
 }
 
 /// What every device's storage answers.
@@ -43,6 +52,10 @@ impl Device for Host {
 
     fn name(&self) -> String {
         "host".to_string()
+    }
+
+    fn upload(&self, tensor: &Tensor) -> Result<Tensor> {
+        Ok(tensor.clone())
     }
 }
 

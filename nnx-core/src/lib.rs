@@ -3,6 +3,8 @@
 //!
 //! Users depend on the `nnx` facade crate, which re-exports everything here.
 
+#[cfg(feature = "kernels")]
+mod compute;
 mod device;
 mod dtype;
 mod element;
@@ -19,6 +21,8 @@ mod storage;
 mod table;
 mod tensor;
 
+#[cfg(feature = "kernels")]
+pub use compute::Compute;
 pub use device::{Device, Host};
 pub use dtype::{DType, UnknownDType};
 pub use element::Element;
@@ -31,8 +35,8 @@ pub use gpu::Gpu;
 #[allow(deprecated)]
 pub use module::{Entry, Field, Step};
 pub use module::{
-    FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, Op, PathStep, Split, TensorSlot, Visitor, VisitorMut,
-    for_each_entry, for_each_entry_mut,
+    FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, Op, PathStep, Place, Placer, Split, TensorSlot, Visitor,
+    VisitorMut, for_each_entry, for_each_entry_mut,
 };
 pub use state::{FlatStateDict, LoadOptions, LoadReport, StateDict, StateNode, TensorSpec, module_specs};
 pub use storage::ByteSource;
@@ -45,9 +49,11 @@ pub use tensor::Tensor;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::DType;
+    pub use crate::device::{Device, Host};
+    pub use crate::error::Result;
     pub use crate::module::{
-        FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, PathStep, Split, TensorSlot, Visitor, VisitorMut,
-        for_each_entry, for_each_entry_mut,
+        FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, PathStep, Place, Placer, Split, TensorSlot, Visitor,
+        VisitorMut, for_each_entry, for_each_entry_mut,
     };
     pub use crate::state::{compare_specs, join, suggest, under_prefix};
     pub use crate::table::render_columns;

@@ -3,7 +3,7 @@
 //! archives, imports) is a visitor over this walk.
 
 use crate::state::{self, FlatStateDict, LoadOptions, LoadReport, StateDict};
-use crate::{DType, Result, Tensor};
+use crate::{DType, Device, Result, Tensor};
 
 /// How a field's tensors are found in a file laid out by someone else, as recorded from its
 /// `#[nnx(...)]` attributes. The derive fills it in; importers read it from the walk.
@@ -470,6 +470,95 @@ pub type Step = PathStep;
 
 /// The former name of [`ImportOp`], kept while code still names it.
 pub type Op = ImportOp;
+
+/// Moves a model from the host to a device leaf by leaf: what `model.place(&gpu)` does.
+///
+/// The derive implements it for structs with a device parameter (`struct Mlp<D: Device = Host>`),
+/// turning `Mlp<Host>` into `Mlp<To>`; configuration fields (`#[nnx(skip)]`) are cloned.
+/// Tensors that share one storage on the host (tied weights) share one buffer on the device.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be placed on a device",
+    label = "placing needs a host model whose tensors are `Tensor<D>` for its device parameter `D`",
+    note = "declare the device as a parameter (`struct M<D: Device = Host> {{ w: Tensor<D> }}`) and derive `Module`"
+)]
+pub trait Place<To: Device> {
+    /// The same value on `To`.
+    type Placed;
+
+    /// Places every tensor through `placer`, which keeps shared storages shared.
+    ///
+    /// # Errors
+    /// The device's error when a tensor cannot be moved.
+    fn place_with(&self, placer: &mut Placer<'_, To>) -> Result<Self::Placed>;
+}
+
+/// The device a [`Place`] goes to, and the tensors already placed, by storage and layout.
+pub struct Placer<'a, To: Device> {
+    to: &'a To,
+    placed: Vec<(Tensor, Tensor<To>)>,
+}
+
+impl<'a, To: Device> Placer<'a, To> {
+    /// A placer onto `to`.
+    pub fn new(to: &'a To) -> Placer<'a, To> {
+        Placer { to, placed: Vec::new() }
+    }
+
+    /// `tensor` on the device: the tensor placed before when it is the same view of the same
+    /// storage, otherwise a new upload.
+    ///
+    /// # Errors
+    /// The device's error when the tensor cannot be moved.
+    pub fn tensor(&mut self, tensor: &Tensor) -> Result<Tensor<To>> {
+        let same = |seen: &Tensor| {
+            seen.shares_storage(tensor)
+                && seen.offset() == tensor.offset()
+                && seen.shape() == tensor.shape()
+                && seen.strides() == tensor.strides()
+                && seen.dtype() == tensor.dtype()
+        };
+        if let Some((_, placed)) = self.placed.iter().find(|(seen, _)| same(seen)) {
+            return Ok(placed.clone());
+        }
+        let placed = self.to.upload(tensor)?;
+        if !tensor.is_meta() {
+            self.placed.push((tensor.clone(), placed.clone()));
+        }
+        Ok(placed)
+    }
+}
+
+impl<To: Device> Place<To> for Tensor {
+    type Placed = Tensor<To>;
+
+    fn place_with(&self, placer: &mut Placer<'_, To>) -> Result<Tensor<To>> {
+        placer.tensor(self)
+    }
+}
+
+impl<To: Device, M: Place<To>> Place<To> for Vec<M> {
+    type Placed = Vec<M::Placed>;
+
+    fn place_with(&self, placer: &mut Placer<'_, To>) -> Result<Vec<M::Placed>> {
+        self.iter().map(|item| item.place_with(placer)).collect()
+    }
+}
+
+impl<To: Device, M: Place<To>> Place<To> for Option<M> {
+    type Placed = Option<M::Placed>;
+
+    fn place_with(&self, placer: &mut Placer<'_, To>) -> Result<Option<M::Placed>> {
+        self.as_ref().map(|item| item.place_with(placer)).transpose()
+    }
+}
+
+impl<To: Device, M: Place<To>> Place<To> for Box<M> {
+    type Placed = Box<M::Placed>;
+
+    fn place_with(&self, placer: &mut Placer<'_, To>) -> Result<Box<M::Placed>> {
+        (**self).place_with(placer).map(Box::new)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -21,7 +21,7 @@
 
 use nnx_derive::Module;
 
-use crate::{DType, Tensor};
+use crate::{DType, Device, Host, Tensor};
 
 /// How a layer's tensors are created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,11 +146,11 @@ fn constant(dtype: DType, shape: &[usize], init: Init, value: f32) -> Tensor {
 /// ```
 #[derive(Clone, Debug, Module)]
 #[nnx(crate = "crate")]
-pub struct Linear {
+pub struct Linear<D: Device = Host> {
     /// `[out_features, in_features]`.
-    pub weight: Tensor,
+    pub weight: Tensor<D>,
     /// `[out_features]`, when the layer has a bias.
-    pub bias: Option<Tensor>,
+    pub bias: Option<Tensor<D>>,
 }
 
 /// Builds a [`Linear`]: with a bias, in f32, zero-initialised, unless told otherwise.
@@ -230,9 +230,9 @@ impl Linear {
 /// A lookup table of `num_embeddings` rows of width `embedding_dim`.
 #[derive(Clone, Debug, Module)]
 #[nnx(crate = "crate")]
-pub struct Embedding {
+pub struct Embedding<D: Device = Host> {
     /// `[num_embeddings, embedding_dim]`.
-    pub weight: Tensor,
+    pub weight: Tensor<D>,
 }
 
 /// Builds an [`Embedding`]: in f32, zero-initialised, unless told otherwise.
@@ -295,11 +295,11 @@ impl Embedding {
 /// Layer normalisation over the last axis with a learned scale (`weight`) and shift (`bias`).
 #[derive(Clone, Debug, Module)]
 #[nnx(crate = "crate")]
-pub struct LayerNorm {
+pub struct LayerNorm<D: Device = Host> {
     /// `[dim]`, ones when initialised.
-    pub weight: Tensor,
+    pub weight: Tensor<D>,
     /// `[dim]`, zeros when initialised, when the layer has a bias.
-    pub bias: Option<Tensor>,
+    pub bias: Option<Tensor<D>>,
     /// Added to the variance before the square root.
     #[nnx(skip)]
     pub eps: f32,
@@ -370,9 +370,9 @@ impl LayerNorm {
 /// Root-mean-square normalisation over the last axis with a learned scale (`weight`).
 #[derive(Clone, Debug, Module)]
 #[nnx(crate = "crate")]
-pub struct RmsNorm {
+pub struct RmsNorm<D: Device = Host> {
     /// `[dim]`, ones when initialised.
-    pub weight: Tensor,
+    pub weight: Tensor<D>,
     /// Added to the mean square before the square root.
     #[nnx(skip)]
     pub eps: f32,
@@ -486,7 +486,10 @@ mod tests {
 }
 
 #[cfg(feature = "kernels")]
-impl Linear {
+impl<D: Device> Linear<D>
+where
+    Tensor<D>: crate::Compute,
+{
     /// `x · weightᵀ + bias` for `x` `[.., in_features]`, giving `[.., out_features]` in f32.
     ///
     /// # Errors
@@ -501,41 +504,50 @@ impl Linear {
     /// assert_eq!(y.shape(), [3, 2]);
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
-    pub fn forward(&self, x: &Tensor) -> crate::Result<Tensor> {
-        x.linear(&self.weight, self.bias.as_ref())
+    pub fn forward(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
+        crate::Compute::linear(x, &self.weight, self.bias.as_ref())
     }
 }
 
 #[cfg(feature = "kernels")]
-impl Embedding {
+impl<D: Device> Embedding<D>
+where
+    Tensor<D>: crate::Compute,
+{
     /// The rows `ids` of the table, as `[ids.len(), embedding_dim]` in f32.
     ///
     /// # Errors
     /// As [`Tensor::embedding`].
-    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor> {
-        Tensor::embedding(&self.weight, ids)
+    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor<D>> {
+        crate::Compute::embedding(&self.weight, ids)
     }
 }
 
 #[cfg(feature = "kernels")]
-impl LayerNorm {
+impl<D: Device> LayerNorm<D>
+where
+    Tensor<D>: crate::Compute,
+{
     /// Layer normalisation of `x` over its last axis with this layer's weight, bias and eps.
     ///
     /// # Errors
     /// As [`Tensor::layer_norm`].
-    pub fn forward(&self, x: &Tensor) -> crate::Result<Tensor> {
-        x.layer_norm(Some(&self.weight), self.bias.as_ref(), self.eps)
+    pub fn forward(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
+        crate::Compute::layer_norm(x, Some(&self.weight), self.bias.as_ref(), self.eps)
     }
 }
 
 #[cfg(feature = "kernels")]
-impl RmsNorm {
+impl<D: Device> RmsNorm<D>
+where
+    Tensor<D>: crate::Compute,
+{
     /// RMS normalisation of `x` over its last axis with this layer's weight and eps.
     ///
     /// # Errors
     /// As [`Tensor::rms_norm`].
-    pub fn forward(&self, x: &Tensor) -> crate::Result<Tensor> {
-        x.rms_norm(Some(&self.weight), self.eps)
+    pub fn forward(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
+        crate::Compute::rms_norm(x, Some(&self.weight), self.eps)
     }
 }
 

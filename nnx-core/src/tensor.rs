@@ -57,7 +57,7 @@ pub(crate) fn checked_len(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &size| acc.checked_mul(size))
 }
 
-fn element_count(dtype: DType, shape: &[usize]) -> Result<usize> {
+pub(crate) fn element_count(dtype: DType, shape: &[usize]) -> Result<usize> {
     // Bits rather than bytes, so that sub-byte dtypes are checked too (rounded up to a byte).
     let bytes = checked_len(shape)
         .and_then(|count| Some((count, (count as u64).checked_mul(dtype.bits() as u64)?.div_ceil(8))));
@@ -203,6 +203,21 @@ impl<D: Device> Tensor<D> {
     #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     pub(crate) fn storage(&self) -> &D::Storage {
         &self.storage
+    }
+
+    /// This contiguous tensor's elements viewed in `shape`, which the caller has checked holds
+    /// as many (a device's `reshape`); nothing is copied.
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+    pub(crate) fn contiguous_view(&self, shape: &[usize]) -> Tensor<D> {
+        debug_assert!(self.is_contiguous() && checked_len(shape) == Some(self.len()), "a contiguous view");
+        Tensor {
+            storage: self.storage.clone(),
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: self.offset,
+            device: self.device.clone(),
+        }
     }
 
     /// The size of each axis.

@@ -36,6 +36,223 @@ pub fn crate_path(container: &Container<'_>) -> TokenStream {
 }
 
 fn impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
+    match device_param(container) {
+        Some(device) => device_impls(container, krate, device),
+        None => module_impls(container, krate),
+    }
+}
+
+/// The type parameter bounded by `Device` (`struct Mlp<D: Device = Host>`), if any: such a
+/// struct is a module on the host and can be placed on other devices.
+fn device_param<'a>(container: &Container<'a>) -> Option<&'a Ident> {
+    let is_device = |bound: &TypeParamBound| matches!(bound, TypeParamBound::Trait(bound) if bound.path.segments.last().is_some_and(|last| last.ident == "Device"));
+    let in_where = |ident: &Ident| {
+        container.generics.where_clause.iter().flat_map(|clause| &clause.predicates).any(|predicate| match predicate {
+            syn::WherePredicate::Type(predicate) => {
+                matches!(&predicate.bounded_ty, Type::Path(path) if path.path.is_ident(ident))
+                    && predicate.bounds.iter().any(is_device)
+            }
+            _ => false,
+        })
+    };
+    container
+        .generics
+        .type_params()
+        .find(|param| param.bounds.iter().any(is_device) || in_where(&param.ident))
+        .map(|param| &param.ident)
+}
+
+/// `ty` with the type parameter `param` replaced by `with` wherever it appears.
+fn substitute(ty: &Type, param: &Ident, with: &Type) -> Type {
+    let mut ty = ty.clone();
+    substitute_in(&mut ty, param, with);
+    ty
+}
+
+fn substitute_in(ty: &mut Type, param: &Ident, with: &Type) {
+    match ty {
+        Type::Path(path) if path.qself.is_none() && path.path.is_ident(param) => *ty = with.clone(),
+        Type::Path(path) => {
+            if let Some(qself) = &mut path.qself {
+                substitute_in(&mut qself.ty, param, with);
+            }
+            for segment in &mut path.path.segments {
+                if let PathArguments::AngleBracketed(angle) = &mut segment.arguments {
+                    for argument in &mut angle.args {
+                        match argument {
+                            GenericArgument::Type(inner) => substitute_in(inner, param, with),
+                            GenericArgument::AssocType(assoc) => substitute_in(&mut assoc.ty, param, with),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        Type::Array(array) => substitute_in(&mut array.elem, param, with),
+        Type::Slice(slice) => substitute_in(&mut slice.elem, param, with),
+        Type::Group(group) => substitute_in(&mut group.elem, param, with),
+        Type::Paren(paren) => substitute_in(&mut paren.elem, param, with),
+        Type::Ptr(pointer) => substitute_in(&mut pointer.elem, param, with),
+        Type::Reference(reference) => substitute_in(&mut reference.elem, param, with),
+        Type::Tuple(tuple) => tuple.elems.iter_mut().for_each(|elem| substitute_in(elem, param, with)),
+        _ => {}
+    }
+}
+
+/// The impls of a struct with a device parameter `D`: `Module` (and `HoldsTensors`) for the
+/// host instance `S<Host>`, and `Place<To>` with an inherent `place` that turns `S<Host>` into
+/// `S<To>` leaf by leaf, cloning skipped fields.
+fn device_impls(container: &Container<'_>, krate: &TokenStream, device: &Ident) -> TokenStream {
+    let private = quote!(#krate::__private);
+    let ident = container.ident;
+    let host: Type = syn::parse_quote!(#private::Host);
+    let to_ident = Ident::new("__NnxTo", Span::call_site());
+    let to: Type = syn::parse_quote!(#to_ident);
+
+    // The generics without the device parameter, and the type's arguments with it replaced.
+    let mut rest = container.generics.clone();
+    rest.params = rest
+        .params
+        .into_iter()
+        .filter(|param| !matches!(param, syn::GenericParam::Type(ty) if &ty.ident == device))
+        .collect();
+    if let Some(clause) = &mut rest.where_clause {
+        clause.predicates = clause
+            .predicates
+            .clone()
+            .into_iter()
+            .filter(|predicate| {
+                !matches!(predicate, syn::WherePredicate::Type(p) if matches!(&p.bounded_ty, Type::Path(path) if path.path.is_ident(device)))
+            })
+            .collect();
+    }
+    let arguments = |with: &Type| -> TokenStream {
+        let items = container.generics.params.iter().map(|param| match param {
+            syn::GenericParam::Type(ty) if &ty.ident == device => quote!(#with),
+            syn::GenericParam::Type(ty) => {
+                let ident = &ty.ident;
+                quote!(#ident)
+            }
+            syn::GenericParam::Lifetime(lifetime) => {
+                let lifetime = &lifetime.lifetime;
+                quote!(#lifetime)
+            }
+            syn::GenericParam::Const(constant) => {
+                let ident = &constant.ident;
+                quote!(#ident)
+            }
+        });
+        quote!(<#(#items),*>)
+    };
+    let on_host = arguments(&host);
+    let on_to = arguments(&to);
+
+    let walked: Vec<&Field<'_>> = container.fields.iter().filter(|field| field.is_walked()).collect();
+    let host_types: Vec<Type> = walked.iter().map(|field| substitute(field.ty, device, &host)).collect();
+
+    let mut module_generics = rest.clone();
+    let where_clause = module_generics.make_where_clause();
+    for (field, ty) in walked.iter().zip(&host_types) {
+        where_clause.predicates.push(syn::parse_quote_spanned!(field.ty.span()=> #ty: #private::Module));
+    }
+    let (impl_generics, _, where_clause) = module_generics.split_for_impl();
+    let steps: Vec<TokenStream> = walked.iter().map(|field| step(field, &private)).collect();
+    let assertions = walked
+        .iter()
+        .zip(&host_types)
+        .filter(|(field, _)| field.attrs.has_import_rule())
+        .map(|(field, ty)| quote_spanned!(field.ty.span()=> let _ = #private::assert_holds_tensors::<#ty>;));
+    let walks = walked.iter().zip(&host_types).zip(&steps).map(|((field, ty), step)| {
+        let member = &field.member;
+        let call = quote_spanned!(field.ty.span()=> <#ty as #private::Module>::walk(&self.#member, __visitor));
+        quote! { __visitor.enter(#step); #call; __visitor.leave(); }
+    });
+    let walks_mut = walked.iter().zip(&host_types).zip(&steps).map(|((field, ty), step)| {
+        let member = &field.member;
+        let call = quote_spanned!(field.ty.span()=> <#ty as #private::Module>::walk_mut(&mut self.#member, __visitor));
+        quote! { __visitor.enter(#step); #call; __visitor.leave(); }
+    });
+    let visitor = if walked.is_empty() { quote!(_) } else { quote!(__visitor) };
+    let holds_tensors = (!walked.is_empty()).then(|| {
+        quote! {
+            #[automatically_derived]
+            #[diagnostic::do_not_recommend]
+            impl #impl_generics #private::HoldsTensors for #ident #on_host #where_clause {}
+        }
+    });
+
+    // Place: every walked field through `Place`, every skipped one cloned.
+    let mut place_generics = rest.clone();
+    place_generics.params.push(syn::parse_quote!(#to_ident: #private::Device));
+    let place_where = place_generics.make_where_clause();
+    for (field, ty) in walked.iter().zip(&host_types) {
+        let placed = substitute(field.ty, device, &to);
+        place_where
+            .predicates
+            .push(syn::parse_quote_spanned!(field.ty.span()=> #ty: #private::Place<#to_ident, Placed = #placed>));
+    }
+    for field in container.fields.iter().filter(|field| !field.is_walked()) {
+        let ty = field.ty;
+        place_where.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: ::core::clone::Clone));
+    }
+    let (place_impl, _, place_where) = place_generics.split_for_impl();
+    let members = container.fields.iter().map(|field| {
+        let member = &field.member;
+        if field.is_walked() {
+            quote!(#member: #private::Place::place_with(&self.#member, __placer)?)
+        } else {
+            quote!(#member: ::core::clone::Clone::clone(&self.#member))
+        }
+    });
+    let (rest_impl, _, rest_where) = rest.split_for_impl();
+    let placer = if walked.is_empty() { quote!(_) } else { quote!(__placer) };
+    quote! {
+        #[allow(unused_qualifications, clippy::all)]
+        const _: () = {
+            #[automatically_derived]
+            #[diagnostic::do_not_recommend]
+            impl #impl_generics #private::Module for #ident #on_host #where_clause {
+                fn walk(&self, #visitor: &mut dyn #private::Visitor) {
+                    #(#assertions)*
+                    #(#walks)*
+                }
+
+                fn walk_mut(&mut self, #visitor: &mut dyn #private::VisitorMut) {
+                    #(#walks_mut)*
+                }
+            }
+
+            #holds_tensors
+
+            #[automatically_derived]
+            impl #place_impl #private::Place<#to_ident> for #ident #on_host #place_where {
+                type Placed = #ident #on_to;
+
+                fn place_with(&self, #placer: &mut #private::Placer<'_, #to_ident>) -> #private::Result<#ident #on_to> {
+                    ::core::result::Result::Ok(#ident { #(#members),* })
+                }
+            }
+        };
+
+        #[automatically_derived]
+        impl #rest_impl #ident #on_host #rest_where {
+            /// This model on the device `to`, leaf by leaf (configuration fields cloned).
+            /// Tensors that share storage here share one buffer there; a meta model gives a
+            /// meta model on the device.
+            ///
+            /// # Errors
+            /// The device's error when a tensor cannot be moved.
+            pub fn place<#to_ident: #private::Device>(&self, to: &#to_ident) -> #private::Result<#ident #on_to>
+            where
+                Self: #private::Place<#to_ident, Placed = #ident #on_to>,
+            {
+                #private::Place::place_with(self, &mut #private::Placer::new(to))
+            }
+        }
+    }
+}
+
+fn module_impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
     let private = quote!(#krate::__private);
     let ident = container.ident;
     let params: HashSet<&Ident> = container.generics.type_params().map(|param| &param.ident).collect();

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::nn::{Embedding, Init, LayerNorm, Linear};
-use crate::{DType, Module, Tensor};
+use crate::{Compute, DType, Device, Host, Module, Tensor};
 
 /// The fields of a BERT `config.json` that shape the model.
 ///
@@ -94,58 +94,58 @@ impl BertConfig {
 
 /// Token, position and token-type embeddings, summed and normalised.
 #[derive(Module, Clone, Debug)]
-pub struct Embeddings {
+pub struct Embeddings<D: Device = Host> {
     /// Token embeddings.
     #[nnx(from = "word_embeddings")]
-    pub words: Embedding,
+    pub words: Embedding<D>,
     /// Position embeddings.
     #[nnx(from = "position_embeddings")]
-    pub positions: Embedding,
+    pub positions: Embedding<D>,
     /// Token-type (segment) embeddings.
     #[nnx(from = "token_type_embeddings")]
-    pub token_types: Embedding,
+    pub token_types: Embedding<D>,
     /// Norm of the sum.
     #[nnx(from = "LayerNorm")]
-    pub norm: LayerNorm,
+    pub norm: LayerNorm<D>,
 }
 
 /// One post-norm encoder layer.
 #[derive(Module, Clone, Debug)]
-pub struct Layer {
+pub struct Layer<D: Device = Host> {
     /// Query projection.
     #[nnx(from = "attention.self.query")]
-    pub q: Linear,
+    pub q: Linear<D>,
     /// Key projection.
     #[nnx(from = "attention.self.key")]
-    pub k: Linear,
+    pub k: Linear<D>,
     /// Value projection.
     #[nnx(from = "attention.self.value")]
-    pub v: Linear,
+    pub v: Linear<D>,
     /// Attention output projection.
     #[nnx(from = "attention.output.dense")]
-    pub attn_out: Linear,
+    pub attn_out: Linear<D>,
     /// Norm after attention.
     #[nnx(from = "attention.output.LayerNorm")]
-    pub attn_norm: LayerNorm,
+    pub attn_norm: LayerNorm<D>,
     /// Feed-forward expansion.
     #[nnx(from = "intermediate.dense")]
-    pub up: Linear,
+    pub up: Linear<D>,
     /// Feed-forward projection back.
     #[nnx(from = "output.dense")]
-    pub down: Linear,
+    pub down: Linear<D>,
     /// Norm after the feed-forward network.
     #[nnx(from = "output.LayerNorm")]
-    pub out_norm: LayerNorm,
+    pub out_norm: LayerNorm<D>,
 }
 
 /// A BERT encoder (no pooler: sentence embeddings pool the hidden states).
 #[derive(Module, Clone, Debug)]
-pub struct Bert {
+pub struct Bert<D: Device = Host> {
     /// Embeddings.
-    pub embeddings: Embeddings,
+    pub embeddings: Embeddings<D>,
     /// The layers.
     #[nnx(from = "encoder.layer")]
-    pub layers: Vec<Layer>,
+    pub layers: Vec<Layer<D>>,
     /// The configuration.
     #[nnx(skip)]
     pub config: BertConfig,
@@ -211,12 +211,17 @@ impl Bert {
             config: config.clone(),
         }
     }
+}
 
-    /// The last hidden states, `[batch, seq, hidden]` in F32.
+impl<D: Device> Bert<D>
+where
+    Tensor<D>: Compute,
+{
+    /// The last hidden states, `[batch, seq, hidden]` in F32, on the model's device.
     ///
     /// # Errors
     /// A token id past the vocabulary, or a batch longer than the position table.
-    pub fn forward(&self, batch: &Batch) -> crate::Result<Tensor> {
+    pub fn forward(&self, batch: &Batch) -> crate::Result<Tensor<D>> {
         let (size, seq, hidden) = (batch.batch, batch.seq, self.config.hidden_size);
         let heads = self.config.num_attention_heads;
         let positions: Vec<u32> = (0..batch.batch).flat_map(|_| 0..seq as u32).collect();
@@ -228,20 +233,22 @@ impl Bert {
             .add(&self.embeddings.positions.forward(&positions)?)?
             .add(&self.embeddings.token_types.forward(&types)?)?;
         let mut x = self.embeddings.norm.forward(&embedded)?;
-        let split_heads = |t: Tensor| -> crate::Result<Tensor> {
-            Ok(t.reshape(&[size, seq, heads, hidden / heads])?.permute(&[0, 2, 1, 3])?.contiguous())
+        let split_heads = |t: Tensor<D>| -> crate::Result<Tensor<D>> {
+            Ok(Compute::contiguous(
+                &Compute::reshape(&t, &[size, seq, heads, hidden / heads])?.permute(&[0, 2, 1, 3])?,
+            )?)
         };
         for layer in &self.layers {
             let q = split_heads(layer.q.forward(&x)?)?;
             let k = split_heads(layer.k.forward(&x)?)?;
             let v = split_heads(layer.v.forward(&x)?)?;
-            let context = Tensor::attention(&q, &k, &v, false, Some(&batch.mask))?;
-            let merged = context.permute(&[0, 2, 1, 3])?.reshape(&[size * seq, hidden])?;
+            let context = Compute::attention(&q, &k, &v, false, Some(&batch.mask))?;
+            let merged = Compute::reshape(&context.permute(&[0, 2, 1, 3])?, &[size * seq, hidden])?;
             x = layer.attn_norm.forward(&layer.attn_out.forward(&merged)?.add(&x)?)?;
             let inner = layer.up.forward(&x)?.gelu()?;
             x = layer.out_norm.forward(&layer.down.forward(&inner)?.add(&x)?)?;
         }
-        Ok(x.reshape(&[size, seq, hidden])?)
+        Ok(Compute::reshape(&x, &[size, seq, hidden])?)
     }
 
     /// Sentence embeddings as sentence-transformers makes them: the hidden states averaged over
@@ -249,7 +256,7 @@ impl Bert {
     ///
     /// # Errors
     /// As [`Bert::forward`].
-    pub fn embed(&self, batch: &Batch) -> crate::Result<Tensor> {
+    pub fn embed(&self, batch: &Batch) -> crate::Result<Tensor<D>> {
         Ok(self.forward(batch)?.mean_pool(&batch.mask)?.l2_normalize()?)
     }
 }

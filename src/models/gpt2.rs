@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::nn::{Embedding, Init, LayerNorm, Linear};
-use crate::{DType, Module, Tensor};
+use crate::{Compute, DType, Device, Host, Module, Tensor};
 
 /// The fields of a GPT-2 `config.json` that shape the model.
 ///
@@ -86,19 +86,19 @@ impl Gpt2Config {
 
 /// Self-attention: q, k and v are thirds of the fused `c_attn`.
 #[derive(Module, Clone, Debug)]
-pub struct Attention {
+pub struct Attention<D: Device = Host> {
     /// Query projection.
     #[nnx(from = "c_attn", split(axis = -1, parts = 3, index = 0), transpose)]
-    pub q: Linear,
+    pub q: Linear<D>,
     /// Key projection.
     #[nnx(from = "c_attn", split(axis = -1, parts = 3, index = 1), transpose)]
-    pub k: Linear,
+    pub k: Linear<D>,
     /// Value projection.
     #[nnx(from = "c_attn", split(axis = -1, parts = 3, index = 2), transpose)]
-    pub v: Linear,
+    pub v: Linear<D>,
     /// Output projection.
     #[nnx(from = "c_proj", transpose)]
-    pub out: Linear,
+    pub out: Linear<D>,
     /// Attention heads.
     #[nnx(skip)]
     pub heads: usize,
@@ -106,46 +106,46 @@ pub struct Attention {
 
 /// The feed-forward network.
 #[derive(Module, Clone, Debug)]
-pub struct Mlp {
+pub struct Mlp<D: Device = Host> {
     /// `n_embd -> inner`.
     #[nnx(from = "c_fc", transpose)]
-    pub up: Linear,
+    pub up: Linear<D>,
     /// `inner -> n_embd`.
     #[nnx(from = "c_proj", transpose)]
-    pub down: Linear,
+    pub down: Linear<D>,
 }
 
 /// One pre-norm transformer block.
 #[derive(Module, Clone, Debug)]
-pub struct Block {
+pub struct Block<D: Device = Host> {
     /// Norm before attention.
-    pub ln_1: LayerNorm,
+    pub ln_1: LayerNorm<D>,
     /// Self-attention.
-    pub attn: Attention,
+    pub attn: Attention<D>,
     /// Norm before the MLP.
-    pub ln_2: LayerNorm,
+    pub ln_2: LayerNorm<D>,
     /// Feed-forward network.
-    pub mlp: Mlp,
+    pub mlp: Mlp<D>,
 }
 
 /// GPT-2 with its language-model head.
 #[derive(Module, Clone, Debug)]
-pub struct Gpt2 {
+pub struct Gpt2<D: Device = Host> {
     /// Token embeddings.
     #[nnx(from = "transformer.wte")]
-    pub wte: Embedding,
+    pub wte: Embedding<D>,
     /// Position embeddings.
     #[nnx(from = "transformer.wpe")]
-    pub wpe: Embedding,
+    pub wpe: Embedding<D>,
     /// The blocks.
     #[nnx(from = "transformer.h")]
-    pub h: Vec<Block>,
+    pub h: Vec<Block<D>>,
     /// Final norm.
     #[nnx(from = "transformer.ln_f")]
-    pub ln_f: LayerNorm,
+    pub ln_f: LayerNorm<D>,
     /// Output projection, the token embedding itself.
     #[nnx(tie = "wte")]
-    pub lm_head: Linear,
+    pub lm_head: Linear<D>,
     /// The configuration.
     #[nnx(skip)]
     pub config: Gpt2Config,
@@ -191,34 +191,41 @@ impl Gpt2 {
     }
 }
 
-impl Gpt2 {
-    /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32.
+impl<D: Device> Gpt2<D>
+where
+    Tensor<D>: Compute,
+{
+    /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32, on the model's
+    /// device: the same code runs on the host and on the GPU.
     ///
     /// # Errors
     /// A token id past the vocabulary, or a sequence longer than `n_positions`.
-    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor> {
+    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor<D>> {
         let (seq, width, heads) = (ids.len(), self.config.n_embd, self.config.n_head);
         let positions: Vec<u32> = (0..seq as u32).collect();
         let mut h = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
-        let split_heads = |t: Tensor| -> crate::Result<Tensor> {
-            Ok(t.reshape(&[1, seq, heads, width / heads])?.permute(&[0, 2, 1, 3])?.contiguous())
+        let split_heads = |t: Tensor<D>| -> crate::Result<Tensor<D>> {
+            Ok(Compute::contiguous(&Compute::reshape(&t, &[1, seq, heads, width / heads])?.permute(&[0, 2, 1, 3])?)?)
         };
         for block in &self.h {
             let x = block.ln_1.forward(&h)?;
             let (q, k, v) = (block.attn.q.forward(&x)?, block.attn.k.forward(&x)?, block.attn.v.forward(&x)?);
-            let context = Tensor::attention(&split_heads(q)?, &split_heads(k)?, &split_heads(v)?, true, None)?;
-            let merged = context.permute(&[0, 2, 1, 3])?.reshape(&[seq, width])?;
+            let context = Compute::attention(&split_heads(q)?, &split_heads(k)?, &split_heads(v)?, true, None)?;
+            let merged = Compute::reshape(&context.permute(&[0, 2, 1, 3])?, &[seq, width])?;
             h = h.add(&block.attn.out.forward(&merged)?)?;
             let x = block.ln_2.forward(&h)?;
             h = h.add(&block.mlp.down.forward(&block.mlp.up.forward(&x)?.gelu_tanh()?)?)?;
         }
-        Ok(self.ln_f.forward(&h)?.linear(&self.lm_head.weight, None)?)
+        Ok(Compute::linear(&self.ln_f.forward(&h)?, &self.lm_head.weight, None)?)
     }
 }
 
-impl super::CausalLm for Gpt2 {
+impl<D: Device> super::CausalLm for Gpt2<D>
+where
+    Tensor<D>: Compute,
+{
     fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
-        self.forward(ids)
+        Ok(Compute::to_host(&self.forward(ids)?)?)
     }
 }
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::nn::{Embedding, Init, Linear, RmsNorm};
-use crate::{DType, Module, Tensor};
+use crate::{Compute, DType, Device, Host, Module, Tensor};
 
 /// The fields of a Llama `config.json` that shape the model.
 ///
@@ -151,65 +151,65 @@ impl LlamaConfig {
 
 /// Grouped-query self-attention.
 #[derive(Module, Clone, Debug)]
-pub struct Attention {
+pub struct Attention<D: Device = Host> {
     /// `hidden -> heads * head_dim`.
     #[nnx(from = "q_proj")]
-    pub q: Linear,
+    pub q: Linear<D>,
     /// `hidden -> kv_heads * head_dim`.
     #[nnx(from = "k_proj")]
-    pub k: Linear,
+    pub k: Linear<D>,
     /// `hidden -> kv_heads * head_dim`.
     #[nnx(from = "v_proj")]
-    pub v: Linear,
+    pub v: Linear<D>,
     /// `heads * head_dim -> hidden`.
     #[nnx(from = "o_proj")]
-    pub o: Linear,
+    pub o: Linear<D>,
 }
 
 /// The SwiGLU feed-forward network: `down(silu(gate(x)) * up(x))`.
 #[derive(Module, Clone, Debug)]
-pub struct Mlp {
+pub struct Mlp<D: Device = Host> {
     /// Gate projection.
     #[nnx(from = "gate_proj")]
-    pub gate: Linear,
+    pub gate: Linear<D>,
     /// Up projection.
     #[nnx(from = "up_proj")]
-    pub up: Linear,
+    pub up: Linear<D>,
     /// Down projection.
     #[nnx(from = "down_proj")]
-    pub down: Linear,
+    pub down: Linear<D>,
 }
 
 /// One decoder layer.
 #[derive(Module, Clone, Debug)]
-pub struct Layer {
+pub struct Layer<D: Device = Host> {
     /// Norm before attention.
     #[nnx(from = "input_layernorm")]
-    pub attn_norm: RmsNorm,
+    pub attn_norm: RmsNorm<D>,
     /// Self-attention.
     #[nnx(from = "self_attn")]
-    pub attn: Attention,
+    pub attn: Attention<D>,
     /// Norm before the MLP.
     #[nnx(from = "post_attention_layernorm")]
-    pub mlp_norm: RmsNorm,
+    pub mlp_norm: RmsNorm<D>,
     /// Feed-forward network.
-    pub mlp: Mlp,
+    pub mlp: Mlp<D>,
 }
 
 /// Llama with its language-model head.
 #[derive(Module, Clone, Debug)]
-pub struct Llama {
+pub struct Llama<D: Device = Host> {
     /// Token embeddings.
     #[nnx(from = "model.embed_tokens")]
-    pub embed: Embedding,
+    pub embed: Embedding<D>,
     /// The layers.
     #[nnx(from = "model.layers")]
-    pub layers: Vec<Layer>,
+    pub layers: Vec<Layer<D>>,
     /// Final norm.
     #[nnx(from = "model.norm")]
-    pub norm: RmsNorm,
+    pub norm: RmsNorm<D>,
     /// Output projection.
-    pub lm_head: Linear,
+    pub lm_head: Linear<D>,
     /// The configuration.
     #[nnx(skip)]
     pub config: LlamaConfig,
@@ -255,18 +255,21 @@ impl Llama {
     }
 }
 
-impl Llama {
+impl<D: Device> Llama<D>
+where
+    Tensor<D>: Compute,
+{
     /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights of any
-    /// float dtype; activations in f32).
+    /// float dtype; activations in f32), on the model's device.
     ///
     /// # Errors
     /// A token id past the vocabulary.
-    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor> {
+    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor<D>> {
         let config = &self.config;
         let (seq, head_dim) = (ids.len(), config.head_dim());
         let positions: Vec<usize> = (0..seq).collect();
-        let split_heads = |t: Tensor, heads: usize| -> crate::Result<Tensor> {
-            Ok(t.reshape(&[1, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?.contiguous())
+        let split_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
+            Ok(Compute::contiguous(&Compute::reshape(&t, &[1, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?)?)
         };
         let mut h = self.embed.forward(ids)?;
         for layer in &self.layers {
@@ -275,8 +278,9 @@ impl Llama {
                 .rotary(&positions, config.theta())?;
             let k = split_heads(layer.attn.k.forward(&x)?, config.kv_heads())?.rotary(&positions, config.theta())?;
             let v = split_heads(layer.attn.v.forward(&x)?, config.kv_heads())?;
-            let context = Tensor::attention(&q, &k, &v, true, None)?;
-            let merged = context.permute(&[0, 2, 1, 3])?.reshape(&[seq, config.num_attention_heads * head_dim])?;
+            let context = Compute::attention(&q, &k, &v, true, None)?;
+            let merged =
+                Compute::reshape(&context.permute(&[0, 2, 1, 3])?, &[seq, config.num_attention_heads * head_dim])?;
             h = h.add(&layer.attn.o.forward(&merged)?)?;
             let x = layer.mlp_norm.forward(&h)?;
             let gated = layer.mlp.gate.forward(&x)?.silu()?.mul(&layer.mlp.up.forward(&x)?)?;
@@ -286,9 +290,12 @@ impl Llama {
     }
 }
 
-impl super::CausalLm for Llama {
+impl<D: Device> super::CausalLm for Llama<D>
+where
+    Tensor<D>: Compute,
+{
     fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
-        self.forward(ids)
+        Ok(Compute::to_host(&self.forward(ids)?)?)
     }
 }
 

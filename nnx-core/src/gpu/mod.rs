@@ -4,7 +4,17 @@
 //! A [`Gpu`] is a cheap handle (cloning shares the device). Tensors move with
 //! [`Tensor::to_device`] and [`Tensor::to_host`]; nothing moves implicitly.
 
+mod attention;
 mod dispatch;
+mod elementwise;
+#[cfg(test)]
+mod kernel_tests;
+mod layout;
+mod matmul;
+mod norm;
+mod params;
+
+pub(crate) use attention::{attention, embedding};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -47,6 +57,10 @@ impl Device for Gpu {
 
     fn name(&self) -> String {
         format!("gpu {} ({})", self.inner.index, self.inner.info.name)
+    }
+
+    fn upload(&self, tensor: &Tensor) -> Result<Tensor<Gpu>> {
+        tensor.to_device(self)
     }
 }
 
@@ -179,11 +193,16 @@ impl Gpu {
     }
 
     /// The compute pipeline of `entry` in `source`, compiled once per device.
-    pub(crate) fn pipeline(&self, key: &'static str, source: &str, entry: &str) -> Arc<wgpu::ComputePipeline> {
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] with the compiler's message when the shader does not validate (instead of
+    /// wgpu's panic).
+    pub(crate) fn pipeline(&self, key: &'static str, source: &str, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
         let mut pipelines = self.inner.pipelines.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(pipeline) = pipelines.get(key) {
-            return Arc::clone(pipeline);
+            return Ok(Arc::clone(pipeline));
         }
+        let scope = self.inner.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.inner.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(key),
             source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -196,8 +215,11 @@ impl Gpu {
             compilation_options: wgpu::PipelineCompilationOptions::default(),
             cache: None,
         }));
+        if let Some(error) = pollster::block_on(scope.pop()) {
+            return Err(self.fail("compile a kernel", error));
+        }
         pipelines.insert(key, Arc::clone(&pipeline));
-        pipeline
+        Ok(pipeline)
     }
 
     /// Waits until the queue is idle.
@@ -351,7 +373,7 @@ impl Tensor<Gpu> {
             source: include_str!("copy.wgsl"),
             entry: "main",
             params: &params,
-            buffers: &[source, &out],
+            buffers: &[source.into(), (&out).into()],
             invocations: words,
         })?;
         Ok(gpu.tensor(Some(out), self.dtype(), self.shape()))

@@ -7,7 +7,123 @@ use super::matmul::{Matrix, product};
 use super::norm::softmax_row;
 use super::{Dense, PARALLEL_ELEMENTS, check_float, f32_tensor, f32_values};
 use crate::error::{Error, Result};
-use crate::{DType, Tensor};
+use crate::{DType, Device, Tensor};
+
+/// Checks an embedding lookup (on any device) and returns the width of the table's rows.
+pub(crate) fn check_embedding<D: Device>(weight: &Tensor<D>, ids: &[u32]) -> Result<usize> {
+    const OP: &str = "embedding";
+    check_float(weight, OP)?;
+    let &[rows, dim] = weight.shape() else {
+        return Err(Error::BadShape { op: OP, expected: "[vocab, dim]", shape: weight.shape().to_vec() });
+    };
+    if let Some((position, &id)) = ids.iter().enumerate().find(|&(_, &id)| id as usize >= rows) {
+        return Err(Error::IndexOutOfRange { op: OP, id: id as usize, position, rows, shape: weight.shape().to_vec() });
+    }
+    Ok(dim)
+}
+
+/// Checks a rotary embedding's input (on any device) and returns its `head_dim`.
+pub(crate) fn check_rotary<D: Device>(x: &Tensor<D>, positions: &[usize]) -> Result<usize> {
+    const OP: &str = "rotary";
+    check_float(x, OP)?;
+    let &[_, _, seq, head_dim] = x.shape() else {
+        return Err(Error::BadShape { op: OP, expected: "[batch, heads, seq, head_dim]", shape: x.shape().to_vec() });
+    };
+    if !head_dim.is_multiple_of(2) {
+        return Err(Error::BadShape {
+            op: OP,
+            expected: "[batch, heads, seq, head_dim] with an even head_dim",
+            shape: x.shape().to_vec(),
+        });
+    }
+    if positions.len() != seq {
+        return Err(Error::LengthMismatch {
+            op: OP,
+            what: "positions (one per sequence index)",
+            expected: seq,
+            found: positions.len(),
+            shape: x.shape().to_vec(),
+        });
+    }
+    Ok(head_dim)
+}
+
+/// The cosines and sines of rotary embedding, `[positions.len(), head_dim / 2]` each, computed
+/// in f32 as transformers does (shared by the devices, so they rotate by the same angles).
+pub(crate) fn rotary_tables(positions: &[usize], head_dim: usize, theta: f32) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let inverse_frequencies: Vec<f32> = (0..half).map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32)).collect();
+    let mut cos = Vec::with_capacity(positions.len() * half);
+    let mut sin = Vec::with_capacity(positions.len() * half);
+    for &position in positions {
+        for &frequency in &inverse_frequencies {
+            let angle = position as f32 * frequency;
+            cos.push(angle.cos());
+            sin.push(angle.sin());
+        }
+    }
+    (cos, sin)
+}
+
+/// The sizes of a checked attention call.
+pub(crate) struct AttentionShape {
+    pub(crate) batch: usize,
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) seq_q: usize,
+    pub(crate) seq_k: usize,
+    pub(crate) d: usize,
+    pub(crate) d_v: usize,
+}
+
+/// Checks the operands of attention (on any device) and returns their sizes.
+pub(crate) fn check_attention<D: Device>(
+    q: &Tensor<D>,
+    k: &Tensor<D>,
+    v: &Tensor<D>,
+    key_mask: Option<&[bool]>,
+) -> Result<AttentionShape> {
+    const OP: &str = "attention";
+    for tensor in [q, k, v] {
+        check_float(tensor, OP)?;
+        if tensor.rank() != 4 {
+            return Err(Error::BadShape {
+                op: OP,
+                expected: "[batch, heads, seq, head_dim]",
+                shape: tensor.shape().to_vec(),
+            });
+        }
+    }
+    let (batch, heads, seq_q, d) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
+    let (kv_heads, seq_k, d_v) = (k.shape()[1], k.shape()[2], v.shape()[3]);
+    let mismatch = |lhs: &Tensor<D>, rhs: &Tensor<D>, reason| Error::ShapeMismatch {
+        op: OP,
+        lhs: lhs.shape().to_vec(),
+        rhs: rhs.shape().to_vec(),
+        reason,
+    };
+    if k.shape()[0] != batch || k.shape()[3] != d {
+        return Err(mismatch(q, k, "`q` and `k` must agree in batch and head_dim"));
+    }
+    if v.shape()[..3] != k.shape()[..3] {
+        return Err(mismatch(k, v, "`k` and `v` must agree in batch, kv_heads and seq"));
+    }
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return Err(mismatch(q, k, "the kv_heads of `k` must divide the heads of `q`"));
+    }
+    if let Some(mask) = key_mask
+        && mask.len() != batch * seq_k
+    {
+        return Err(Error::LengthMismatch {
+            op: OP,
+            what: "key_mask entries (batch * seq_k)",
+            expected: batch * seq_k,
+            found: mask.len(),
+            shape: k.shape().to_vec(),
+        });
+    }
+    Ok(AttentionShape { batch, heads, kv_heads, seq_q, seq_k, d, d_v })
+}
 
 impl Tensor {
     /// The rows `ids` of an embedding table `weight` `[vocab, dim]`, as `[ids.len(), dim]`
@@ -26,20 +142,7 @@ impl Tensor {
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
     pub fn embedding(weight: &Tensor, ids: &[u32]) -> Result<Tensor> {
-        const OP: &str = "embedding";
-        check_float(weight, OP)?;
-        let &[rows, dim] = weight.shape() else {
-            return Err(Error::BadShape { op: OP, expected: "[vocab, dim]", shape: weight.shape().to_vec() });
-        };
-        if let Some((position, &id)) = ids.iter().enumerate().find(|&(_, &id)| id as usize >= rows) {
-            return Err(Error::IndexOutOfRange {
-                op: OP,
-                id: id as usize,
-                position,
-                rows,
-                shape: weight.shape().to_vec(),
-            });
-        }
+        let dim = check_embedding(weight, ids)?;
         let shape = [ids.len(), dim];
         if weight.is_contiguous() {
             let size = weight.dtype().size_in_bytes().expect("float dtypes are byte-sized");
@@ -82,43 +185,9 @@ impl Tensor {
     /// ```
     pub fn rotary(&self, positions: &[usize], theta: f32) -> Result<Tensor> {
         const OP: &str = "rotary";
-        check_float(self, OP)?;
-        let &[_, _, seq, head_dim] = self.shape() else {
-            return Err(Error::BadShape {
-                op: OP,
-                expected: "[batch, heads, seq, head_dim]",
-                shape: self.shape().to_vec(),
-            });
-        };
-        if !head_dim.is_multiple_of(2) {
-            return Err(Error::BadShape {
-                op: OP,
-                expected: "[batch, heads, seq, head_dim] with an even head_dim",
-                shape: self.shape().to_vec(),
-            });
-        }
-        if positions.len() != seq {
-            return Err(Error::LengthMismatch {
-                op: OP,
-                what: "positions (one per sequence index)",
-                expected: seq,
-                found: positions.len(),
-                shape: self.shape().to_vec(),
-            });
-        }
-        let half = head_dim / 2;
-        let inverse_frequencies: Vec<f32> =
-            (0..half).map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32)).collect();
-        // Cosines and sines for each sequence index and frequency, `[seq, half]`.
-        let mut cos = Vec::with_capacity(seq * half);
-        let mut sin = Vec::with_capacity(seq * half);
-        for &position in positions {
-            for &frequency in &inverse_frequencies {
-                let angle = position as f32 * frequency;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
+        let head_dim = check_rotary(self, positions)?;
+        let (seq, half) = (positions.len(), head_dim / 2);
+        let (cos, sin) = rotary_tables(positions, head_dim, theta);
         let mut values = f32_values(self, OP)?;
         if head_dim == 0 {
             return f32_tensor(values, self.shape());
@@ -169,44 +238,7 @@ impl Tensor {
     /// ```
     pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, key_mask: Option<&[bool]>) -> Result<Tensor> {
         const OP: &str = "attention";
-        for tensor in [q, k, v] {
-            check_float(tensor, OP)?;
-            if tensor.rank() != 4 {
-                return Err(Error::BadShape {
-                    op: OP,
-                    expected: "[batch, heads, seq, head_dim]",
-                    shape: tensor.shape().to_vec(),
-                });
-            }
-        }
-        let (batch, heads, seq_q, d) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
-        let (kv_heads, seq_k, d_v) = (k.shape()[1], k.shape()[2], v.shape()[3]);
-        let mismatch = |lhs: &Tensor, rhs: &Tensor, reason| Error::ShapeMismatch {
-            op: OP,
-            lhs: lhs.shape().to_vec(),
-            rhs: rhs.shape().to_vec(),
-            reason,
-        };
-        if k.shape()[0] != batch || k.shape()[3] != d {
-            return Err(mismatch(q, k, "`q` and `k` must agree in batch and head_dim"));
-        }
-        if v.shape()[..3] != k.shape()[..3] {
-            return Err(mismatch(k, v, "`k` and `v` must agree in batch, kv_heads and seq"));
-        }
-        if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-            return Err(mismatch(q, k, "the kv_heads of `k` must divide the heads of `q`"));
-        }
-        if let Some(mask) = key_mask
-            && mask.len() != batch * seq_k
-        {
-            return Err(Error::LengthMismatch {
-                op: OP,
-                what: "key_mask entries (batch * seq_k)",
-                expected: batch * seq_k,
-                found: mask.len(),
-                shape: k.shape().to_vec(),
-            });
-        }
+        let AttentionShape { batch, heads, kv_heads, seq_q, seq_k, d, d_v } = check_attention(q, k, v, key_mask)?;
         let (q, k, v) = (Dense::new(q, OP)?, Dense::new(k, OP)?, Dense::new(v, OP)?);
         let group = heads / kv_heads.max(1);
         let scale = 1.0 / (d as f32).sqrt();

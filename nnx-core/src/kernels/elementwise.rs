@@ -2,11 +2,11 @@
 
 use rayon::prelude::*;
 
-use super::{
-    Dense, PARALLEL_ELEMENTS, broadcast_shape, broadcast_strides, check_float, f32_tensor, f32_values, strided_offset,
-};
+use super::{Dense, PARALLEL_ELEMENTS, broadcast_strides, check_broadcast, f32_tensor, f32_values, strided_offset};
 use crate::Tensor;
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 
 /// `sqrt(2 / pi)`, the scale inside GPT-2's tanh approximation of GELU.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -30,16 +30,7 @@ impl Tensor {
 
     /// `f(lhs, rhs)` elementwise over the broadcast shape of the two operands.
     fn binary(&self, rhs: &Tensor, op: &'static str, f: impl Fn(f32, f32) -> f32 + Sync) -> Result<Tensor> {
-        check_float(self, op)?;
-        check_float(rhs, op)?;
-        let Some(shape) = broadcast_shape(self.shape(), rhs.shape()) else {
-            return Err(Error::ShapeMismatch {
-                op,
-                lhs: self.shape().to_vec(),
-                rhs: rhs.shape().to_vec(),
-                reason: "each axis (counted from the last) must be equal or 1 in one of them",
-            });
-        };
+        let shape = check_broadcast(self, rhs, op)?;
         // The common case, equal shapes: one pass over both value lists.
         if self.shape() == rhs.shape() {
             let mut values = f32_values(self, op)?;
@@ -202,6 +193,8 @@ mod tests {
     use super::super::testing::{assert_close, cast, random};
     use super::*;
     use crate::DType;
+    use crate::error::Error;
+    use crate::kernels::broadcast_shape;
 
     /// `f(a, b)` over numpy-broadcast operands, computed index by index in f64.
     fn reference(a: &Tensor, b: &Tensor, f: impl Fn(f64, f64) -> f64) -> Vec<f64> {

@@ -3,9 +3,9 @@
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::{Dense, broadcast_shape, check_float, f32_tensor, parameter, strided_offset};
-use crate::Tensor;
+use super::{Dense, broadcast_shape, check_float, check_parameter, f32_tensor, parameter, strided_offset};
 use crate::error::{Error, Result};
+use crate::{Device, Tensor};
 
 /// One matrix operand of a product: where it starts in its block and its row and column strides.
 #[derive(Clone, Copy)]
@@ -72,7 +72,7 @@ pub(crate) fn product(lhs: Matrix<'_>, rhs: Matrix<'_>, m: usize, k: usize, n: u
 
 /// Whether the leading axes of `shape` (all but the last) fold into one axis of stride
 /// `strides[rank - 2]`, so a stack of matrices is one tall matrix.
-fn rows_fold(shape: &[usize], strides: &[usize]) -> bool {
+pub(crate) fn rows_fold(shape: &[usize], strides: &[usize]) -> bool {
     // Axes of size 1 are never stepped along, whatever their stride.
     let axes: Vec<(usize, usize)> = shape[..shape.len() - 1]
         .iter()
@@ -81,6 +81,74 @@ fn rows_fold(shape: &[usize], strides: &[usize]) -> bool {
         .map(|(&size, &stride)| (size, stride))
         .collect();
     axes.windows(2).all(|pair| pair[0].1 == pair[1].0 * pair[1].1)
+}
+
+/// The sizes of a checked matrix product: the broadcast batch axes and `m × k · k × n`.
+pub(crate) struct MatmulShape {
+    pub(crate) batch: Vec<usize>,
+    pub(crate) m: usize,
+    pub(crate) k: usize,
+    pub(crate) n: usize,
+}
+
+/// Checks the operands of `matmul` (on any device) and returns the product's sizes.
+pub(crate) fn check_matmul<D: Device>(lhs: &Tensor<D>, rhs: &Tensor<D>) -> Result<MatmulShape> {
+    const OP: &str = "matmul";
+    check_float(lhs, OP)?;
+    check_float(rhs, OP)?;
+    for operand in [lhs, rhs] {
+        if operand.rank() < 2 {
+            return Err(Error::BadShape {
+                op: OP,
+                expected: "[.., rows, columns] (rank 2 or more)",
+                shape: operand.shape().to_vec(),
+            });
+        }
+    }
+    let (left_rank, right_rank) = (lhs.rank(), rhs.rank());
+    let (m, k) = (lhs.shape()[left_rank - 2], lhs.shape()[left_rank - 1]);
+    let (inner, n) = (rhs.shape()[right_rank - 2], rhs.shape()[right_rank - 1]);
+    let mismatch =
+        |reason| Error::ShapeMismatch { op: OP, lhs: lhs.shape().to_vec(), rhs: rhs.shape().to_vec(), reason };
+    if inner != k {
+        return Err(mismatch("the last axis of the left operand must equal the second-to-last of the right"));
+    }
+    let Some(batch) = broadcast_shape(&lhs.shape()[..left_rank - 2], &rhs.shape()[..right_rank - 2]) else {
+        return Err(mismatch("the batch axes (all but the last two) do not broadcast"));
+    };
+    Ok(MatmulShape { batch, m, k, n })
+}
+
+/// Checks the operands of `linear` (on any device) and returns `(in_features, out_features)`.
+pub(crate) fn check_linear<D: Device>(
+    x: &Tensor<D>,
+    weight: &Tensor<D>,
+    bias: Option<&Tensor<D>>,
+) -> Result<(usize, usize)> {
+    const OP: &str = "linear";
+    check_float(x, OP)?;
+    check_float(weight, OP)?;
+    if weight.rank() != 2 {
+        return Err(Error::BadShape {
+            op: OP,
+            expected: "[out_features, in_features]",
+            shape: weight.shape().to_vec(),
+        });
+    }
+    let Some(&width) = x.shape().last() else {
+        return Err(Error::BadShape { op: OP, expected: "[.., in_features] (rank 1 or more)", shape: vec![] });
+    };
+    let (out_features, in_features) = (weight.shape()[0], weight.shape()[1]);
+    if width != in_features {
+        return Err(Error::ShapeMismatch {
+            op: OP,
+            lhs: x.shape().to_vec(),
+            rhs: weight.shape().to_vec(),
+            reason: "the last axis of the input must equal the second axis of the `[out, in]` weight",
+        });
+    }
+    check_parameter(bias, out_features, weight, OP, "the bias must be `[out_features]`")?;
+    Ok((width, out_features))
 }
 
 impl Tensor {
@@ -106,28 +174,8 @@ impl Tensor {
     /// ```
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         const OP: &str = "matmul";
-        check_float(self, OP)?;
-        check_float(rhs, OP)?;
-        for operand in [self, rhs] {
-            if operand.rank() < 2 {
-                return Err(Error::BadShape {
-                    op: OP,
-                    expected: "[.., rows, columns] (rank 2 or more)",
-                    shape: operand.shape().to_vec(),
-                });
-            }
-        }
+        let MatmulShape { batch, m, k, n } = check_matmul(self, rhs)?;
         let (left_rank, right_rank) = (self.rank(), rhs.rank());
-        let (m, k) = (self.shape()[left_rank - 2], self.shape()[left_rank - 1]);
-        let (inner, n) = (rhs.shape()[right_rank - 2], rhs.shape()[right_rank - 1]);
-        let mismatch =
-            |reason| Error::ShapeMismatch { op: OP, lhs: self.shape().to_vec(), rhs: rhs.shape().to_vec(), reason };
-        if inner != k {
-            return Err(mismatch("the last axis of the left operand must equal the second-to-last of the right"));
-        }
-        let Some(batch) = broadcast_shape(&self.shape()[..left_rank - 2], &rhs.shape()[..right_rank - 2]) else {
-            return Err(mismatch("the batch axes (all but the last two) do not broadcast"));
-        };
         let mut shape = batch.clone();
         shape.extend([m, n]);
         let left = Dense::new(self, OP)?;
@@ -209,27 +257,7 @@ impl Tensor {
     /// ```
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         const OP: &str = "linear";
-        check_float(self, OP)?;
-        check_float(weight, OP)?;
-        if weight.rank() != 2 {
-            return Err(Error::BadShape {
-                op: OP,
-                expected: "[out_features, in_features]",
-                shape: weight.shape().to_vec(),
-            });
-        }
-        let Some(&width) = self.shape().last() else {
-            return Err(Error::BadShape { op: OP, expected: "[.., in_features] (rank 1 or more)", shape: vec![] });
-        };
-        let (out_features, in_features) = (weight.shape()[0], weight.shape()[1]);
-        if width != in_features {
-            return Err(Error::ShapeMismatch {
-                op: OP,
-                lhs: self.shape().to_vec(),
-                rhs: weight.shape().to_vec(),
-                reason: "the last axis of the input must equal the second axis of the `[out, in]` weight",
-            });
-        }
+        let (width, out_features) = check_linear(self, weight, bias)?;
         let bias = parameter(bias, out_features, weight, OP, "the bias must be `[out_features]`")?;
         let rows = self.len().checked_div(width).unwrap_or_else(|| self.shape()[..self.rank() - 1].iter().product());
         let input = self.reshape(&[rows, width])?;

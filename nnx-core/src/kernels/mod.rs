@@ -15,8 +15,15 @@ mod matmul;
 #[cfg(feature = "kernels")]
 mod norm;
 
+#[cfg(feature = "gpu")]
+pub(crate) use attention::{AttentionShape, check_attention, check_embedding, check_rotary, rotary_tables};
+#[cfg(feature = "gpu")]
+pub(crate) use matmul::{MatmulShape, check_linear, check_matmul, rows_fold};
+#[cfg(feature = "gpu")]
+pub(crate) use norm::check_mean_pool;
+
 use crate::error::{Error, Result};
-use crate::{DType, Tensor};
+use crate::{DType, Device, Tensor};
 
 /// Element count above which a kernel splits its rows across threads.
 #[cfg(feature = "kernels")]
@@ -78,8 +85,9 @@ impl Dense {
     }
 }
 
-/// Refuses meta tensors and tensors that are not f16, bf16, f32 or f64.
-pub(crate) fn check_float(tensor: &Tensor, op: &'static str) -> Result<()> {
+/// Refuses meta tensors and tensors that are not f16, bf16, f32 or f64 (on any device: the GPU
+/// kernels check their operands with the same helpers as the CPU ones).
+pub(crate) fn check_float<D: Device>(tensor: &Tensor<D>, op: &'static str) -> Result<()> {
     if !tensor.dtype().is_castable_float() {
         return Err(Error::NotFloat { op, dtype: tensor.dtype() });
     }
@@ -178,11 +186,47 @@ pub(crate) fn parameter(
     op: &'static str,
     reason: &'static str,
 ) -> Result<Option<Vec<f32>>> {
-    let Some(tensor) = tensor else { return Ok(None) };
+    check_parameter(tensor, width, input, op, reason)?;
+    tensor.map(|tensor| f32_values(tensor, op)).transpose()
+}
+
+/// Checks a rank-1 parameter (`weight`, `bias`) of `width` elements beside `input`.
+#[cfg(feature = "kernels")]
+pub(crate) fn check_parameter<D: Device>(
+    tensor: Option<&Tensor<D>>,
+    width: usize,
+    input: &Tensor<D>,
+    op: &'static str,
+    reason: &'static str,
+) -> Result<()> {
+    let Some(tensor) = tensor else { return Ok(()) };
     if tensor.shape() != [width] {
         return Err(Error::ShapeMismatch { op, lhs: input.shape().to_vec(), rhs: tensor.shape().to_vec(), reason });
     }
-    f32_values(tensor, op).map(Some)
+    check_float(tensor, op)
+}
+
+/// Checks the operands of an elementwise `op` and returns the shape they broadcast to.
+#[cfg(feature = "kernels")]
+pub(crate) fn check_broadcast<D: Device>(lhs: &Tensor<D>, rhs: &Tensor<D>, op: &'static str) -> Result<Vec<usize>> {
+    check_float(lhs, op)?;
+    check_float(rhs, op)?;
+    broadcast_shape(lhs.shape(), rhs.shape()).ok_or_else(|| Error::ShapeMismatch {
+        op,
+        lhs: lhs.shape().to_vec(),
+        rhs: rhs.shape().to_vec(),
+        reason: "each axis (counted from the last) must be equal or 1 in one of them",
+    })
+}
+
+/// Checks the input of `argmax_last` and returns the width of its rows.
+pub(crate) fn check_argmax<D: Device>(tensor: &Tensor<D>) -> Result<usize> {
+    const OP: &str = "argmax_last";
+    let width = last_axis(tensor.shape(), OP)?;
+    if width == 0 {
+        return Err(Error::BadShape { op: OP, expected: "[.., dim] with dim > 0", shape: tensor.shape().to_vec() });
+    }
+    Ok(width)
 }
 
 impl Tensor {
@@ -218,12 +262,8 @@ impl Tensor {
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
     pub fn argmax_last(&self) -> Result<Vec<usize>> {
-        const OP: &str = "argmax_last";
-        let width = last_axis(self.shape(), OP)?;
-        if width == 0 {
-            return Err(Error::BadShape { op: OP, expected: "[.., dim] with dim > 0", shape: self.shape().to_vec() });
-        }
-        let values = f32_values(self, OP)?;
+        let width = check_argmax(self)?;
+        let values = f32_values(self, "argmax_last")?;
         Ok(values
             .chunks_exact(width)
             .map(|row| {

@@ -1,0 +1,211 @@
+//! Attention blocks on the GPU: embedding lookup (`embedding.wgsl`), rotary position
+//! embedding (`rotary.wgsl`) and scaled dot-product attention, as two tiled products around a
+//! masked softmax (`attention.wgsl`). `embedding` and `attention` are reached through
+//! [`Compute`](crate::Compute).
+
+use super::Gpu;
+use super::matmul::{Destination, Operand, product};
+use super::params::{count, kernel_source, kind, launch, output, reach, same_device, step, storage, upload, word};
+use crate::error::Result;
+use crate::kernels::{AttentionShape, check_attention, check_embedding, check_rotary, rotary_tables};
+use crate::{DType, Tensor};
+
+const EMBEDDING: &str = kernel_source!("embedding.wgsl");
+const ROTARY: &str = kernel_source!("rotary.wgsl");
+const ATTENTION: &str = kernel_source!("reduce.wgsl", "attention.wgsl");
+
+impl Tensor<Gpu> {
+    /// Rotary position embedding of `[batch, heads, seq, head_dim]` at `positions`, in Hugging
+    /// Face Llama's `rotate_half` convention, turning by the same f32 angles as the host (see
+    /// [`Tensor::rotary`]).
+    ///
+    /// # Errors
+    /// [`Error::BadShape`](crate::Error::BadShape) unless the input has rank 4 and an even
+    /// `head_dim`, [`Error::LengthMismatch`](crate::Error::LengthMismatch) when `positions`
+    /// does not have `seq` entries, [`Error::NotFloat`](crate::Error::NotFloat),
+    /// [`Error::Meta`](crate::Error::Meta), [`Error::Gpu`](crate::Error::Gpu).
+    pub fn rotary(&self, positions: &[usize], theta: f32) -> Result<Tensor<Gpu>> {
+        const OP: &str = "rotary";
+        let head_dim = check_rotary(self, positions)?;
+        let gpu = self.device();
+        let elements = count(gpu, OP, self.shape())?;
+        let out = output(gpu, elements)?;
+        if elements > 0 {
+            reach(gpu, OP, self.offset(), self.shape(), self.strides())?;
+            let (cos, sin) = rotary_tables(positions, head_dim, theta);
+            let table: Vec<u32> = cos.iter().chain(&sin).map(|value| value.to_bits()).collect();
+            let table = upload(gpu, &table)?;
+            let (shape, strides) = (self.shape(), self.strides());
+            let mut params = vec![
+                word(gpu, OP, elements / 2)?,
+                word(gpu, OP, head_dim / 2)?,
+                kind(self, OP)?,
+                word(gpu, OP, self.offset())?,
+            ];
+            for &size in shape {
+                params.push(word(gpu, OP, size)?);
+            }
+            for (&size, &stride) in shape.iter().zip(strides) {
+                params.push(step(gpu, OP, size, stride)?);
+            }
+            let buffers = [storage(self, OP)?.into(), (&table).into(), (&out).into()];
+            launch(gpu, "rotary", ROTARY, &params, &buffers, (elements / 2) as u64)?;
+        }
+        Ok(gpu.tensor(Some(out), DType::F32, self.shape()))
+    }
+}
+
+/// The rows `ids` of a table too large for one binding, gathered with buffer copies into a
+/// `[ids.len(), dim]` tensor of the table's dtype; `None` when its rows are not whole, 4-byte
+/// aligned byte ranges (copies move whole words).
+fn copy_rows(gpu: &Gpu, weight: &Tensor<Gpu>, table: &wgpu::Buffer, ids: &[u32]) -> Result<Option<Tensor<Gpu>>> {
+    let size = weight.dtype().size_in_bytes().unwrap_or(4);
+    let (dim, row_stride) = (weight.shape()[1], weight.strides()[0]);
+    let row_bytes = dim * size;
+    let aligned = |elements: usize| (elements * size).is_multiple_of(4);
+    if (dim > 1 && weight.strides()[1] != 1) || !aligned(dim) || !aligned(row_stride) || !aligned(weight.offset()) {
+        return Ok(None);
+    }
+    let rows = gpu.buffer((ids.len() * row_bytes) as u64, "embedding")?;
+    let mut encoder = gpu.device().create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("embedding") });
+    for (at, &id) in ids.iter().enumerate() {
+        let start = (weight.offset() + id as usize * row_stride) * size;
+        encoder.copy_buffer_to_buffer(table, start as u64, &rows, (at * row_bytes) as u64, row_bytes as u64);
+    }
+    gpu.queue().submit([encoder.finish()]);
+    Ok(Some(gpu.tensor(Some(rows), weight.dtype(), &[ids.len(), dim])))
+}
+
+/// The rows `ids` of an embedding table `weight` `[vocab, dim]`, as `[ids.len(), dim]` f32
+/// (see [`Tensor::embedding`]); [`Compute::embedding`](crate::Compute::embedding) on the GPU.
+/// A free function rather than an inherent one, so that the host's `Tensor::embedding(..)`
+/// stays unambiguous. A table larger than one storage binding is gathered with buffer copies.
+///
+/// # Errors
+/// As on the host; [`Error::Gpu`](crate::Error::Gpu) when the device fails.
+pub(crate) fn embedding(weight: &Tensor<Gpu>, ids: &[u32]) -> Result<Tensor<Gpu>> {
+    const OP: &str = "embedding";
+    let dim = check_embedding(weight, ids)?;
+    let gpu = weight.device();
+    let shape = [ids.len(), dim];
+    let elements = count(gpu, OP, &shape)?;
+    if elements == 0 {
+        return Ok(gpu.tensor(Some(output(gpu, 0)?), DType::F32, &shape));
+    }
+    let table = storage(weight, OP)?;
+    if table.size() > gpu.binding_limit()
+        && let Some(rows) = copy_rows(gpu, weight, table, ids)?
+    {
+        return rows.to_dtype(DType::F32);
+    }
+    reach(gpu, OP, weight.offset(), weight.shape(), weight.strides())?;
+    let out = output(gpu, elements)?;
+    let ids = upload(gpu, ids)?;
+    let params = [
+        word(gpu, OP, elements)?,
+        word(gpu, OP, dim)?,
+        kind(weight, OP)?,
+        word(gpu, OP, weight.offset())?,
+        step(gpu, OP, weight.shape()[0], weight.strides()[0])?,
+        step(gpu, OP, dim, weight.strides()[1])?,
+        0,
+        0,
+    ];
+    launch(gpu, "embedding", EMBEDDING, &params, &[table.into(), (&ids).into(), (&out).into()], elements as u64)?;
+    Ok(gpu.tensor(Some(out), DType::F32, &shape))
+}
+
+/// Scaled dot-product attention, `softmax(q kᵀ / sqrt(d) + mask) v`, with grouped-query heads,
+/// the causal mask aligned at the end and a key padding mask (see [`Tensor::attention`]);
+/// [`Compute::attention`](crate::Compute::attention) on the GPU, a free function so that the
+/// host's `Tensor::attention(..)` stays unambiguous.
+///
+/// The scores `q kᵀ` of every head are one tiled product (the query heads that share a key head
+/// are its rows), masked and normalised in place, then multiplied by `v`; permuted
+/// `[batch, seq, heads, d]` views are read in place.
+///
+/// # Errors
+/// As on the host; [`Error::Gpu`](crate::Error::Gpu) when the scores (`batch * heads * seq_q *
+/// seq_k` f32) exceed a storage binding or the device fails.
+pub(crate) fn attention(
+    q: &Tensor<Gpu>,
+    k: &Tensor<Gpu>,
+    v: &Tensor<Gpu>,
+    causal: bool,
+    key_mask: Option<&[bool]>,
+) -> Result<Tensor<Gpu>> {
+    const OP: &str = "attention";
+    let AttentionShape { batch, heads, kv_heads, seq_q, seq_k, d, d_v } = check_attention(q, k, v, key_mask)?;
+    same_device(OP, q, &[Some(k), Some(v)])?;
+    let gpu = q.device();
+    let shape = [batch, heads, seq_q, d_v];
+    let out = output(gpu, count(gpu, OP, &shape)?)?;
+    // Without keys every query gets zeros, which the fresh buffer holds.
+    if count(gpu, OP, &shape)? == 0 || seq_k == 0 {
+        return Ok(gpu.tensor(Some(out), DType::F32, &shape));
+    }
+    for tensor in [q, k, v] {
+        reach(gpu, OP, tensor.offset(), tensor.shape(), tensor.strides())?;
+    }
+    let group = heads / kv_heads;
+    let rows = count(gpu, OP, &[batch, heads, seq_q])?;
+    let scores = output(gpu, count(gpu, OP, &[rows, seq_k])?)?;
+    // Batch axes [batch, kv_heads, group]: query head `g * group + i` reads key head `g`.
+    let batch_axes = [batch, kv_heads, group];
+    let (qs, ks, vs) = (q.strides(), k.strides(), v.strides());
+    let query = Operand {
+        binding: storage(q, OP)?.into(),
+        kind: kind(q, OP)?,
+        offset: q.offset(),
+        batch: vec![qs[0], qs[1] * group, qs[1]],
+        row: qs[2],
+        column: qs[3],
+    };
+    // `kᵀ`: rows over the features, columns over the keys.
+    let keys = Operand {
+        binding: storage(k, OP)?.into(),
+        kind: kind(k, OP)?,
+        offset: k.offset(),
+        batch: vec![ks[0], ks[1], 0],
+        row: ks[3],
+        column: ks[2],
+    };
+    let destination = Destination { buffer: &scores, offset: 0, row: seq_k };
+    product(gpu, OP, query, keys, None, &batch_axes, [seq_q, d, seq_k], destination)?;
+
+    let words: Vec<u32> = key_mask.map_or_else(|| vec![1], |mask| mask.iter().map(|&keep| u32::from(keep)).collect());
+    let mask = upload(gpu, &words)?;
+    // Query `i` sees keys `j <= i + shift`; both lengths fit 31 bits (checked as words).
+    let shift = word(gpu, OP, seq_k)? as i32 - word(gpu, OP, seq_q)? as i32;
+    let params = [
+        word(gpu, OP, rows)?,
+        word(gpu, OP, seq_q)?,
+        word(gpu, OP, seq_k)?,
+        word(gpu, OP, heads * seq_q)?,
+        (1.0 / (d as f32).sqrt()).to_bits(),
+        u32::from(causal),
+        shift as u32,
+        u32::from(key_mask.is_some()),
+    ];
+    launch(gpu, "attention", ATTENTION, &params, &[(&scores).into(), (&mask).into()], rows as u64 * 256)?;
+
+    let weights = Operand {
+        binding: (&scores).into(),
+        kind: 0,
+        offset: 0,
+        batch: vec![heads * seq_q * seq_k, group * seq_q * seq_k, seq_q * seq_k],
+        row: seq_k,
+        column: 1,
+    };
+    let values = Operand {
+        binding: storage(v, OP)?.into(),
+        kind: kind(v, OP)?,
+        offset: v.offset(),
+        batch: vec![vs[0], vs[1], 0],
+        row: vs[2],
+        column: vs[3],
+    };
+    let destination = Destination { buffer: &out, offset: 0, row: d_v };
+    product(gpu, OP, weights, values, None, &batch_axes, [seq_q, seq_k, d_v], destination)?;
+    Ok(gpu.tensor(Some(out), DType::F32, &shape))
+}
