@@ -37,13 +37,13 @@ mod pretrained;
 pub use nnx_derive::Module;
 
 // Tensors.
-/// The GPU device: one wgpu adapter.
-#[cfg(feature = "gpu")]
-pub use nnx_core::Gpu;
-pub use nnx_core::{DType, Device, Element, Host, Place, Placer, Tensor, UnknownDType};
 /// The kernels every device runs: model code generic over `Tensor<D>: Compute` is written once.
 #[cfg(feature = "kernels")]
 pub use nnx_core::Compute;
+/// The GPU device: one wgpu adapter.
+#[cfg(feature = "gpu")]
+pub use nnx_core::Gpu;
+pub use nnx_core::{DType, Device, Element, Host, OnDevice, Place, Placer, Tensor, UnknownDType};
 
 // Modules: the trait, its walk, and what the walk reports.
 pub use nnx_core::{

@@ -72,3 +72,22 @@ impl DeviceStorage for HostStorage {
 
 #[cfg(feature = "gpu")]
 impl sealed::Sealed for crate::gpu::Gpu {}
+
+/// A tensor on the device `D`: what an operation on a `Tensor<D>` takes as its other operands,
+/// so that mixing devices is refused when the program compiles, with a message that says how to
+/// move the tensor.
+#[diagnostic::on_unimplemented(
+    message = "this operation needs a tensor on `{D}`, but `{Self}` lives on another device",
+    label = "on another device",
+    note = "tensors move only when asked: `tensor.to_device(&gpu)?` puts a host tensor on the GPU, `tensor.to_host()?` brings a GPU tensor back"
+)]
+pub trait OnDevice<D: Device> {
+    /// The tensor itself.
+    fn on_device(&self) -> &Tensor<D>;
+}
+
+impl<D: Device> OnDevice<D> for Tensor<D> {
+    fn on_device(&self) -> &Tensor<D> {
+        self
+    }
+}

@@ -21,7 +21,7 @@
 
 use nnx_derive::Module;
 
-use crate::{DType, Device, Host, Tensor};
+use crate::{DType, Device, Host, OnDevice, Tensor};
 
 /// How a layer's tensors are created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -504,8 +504,8 @@ where
     /// assert_eq!(y.shape(), [3, 2]);
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
-    pub fn forward(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
-        crate::Compute::linear(x, &self.weight, self.bias.as_ref())
+    pub fn forward(&self, x: &impl OnDevice<D>) -> crate::Result<Tensor<D>> {
+        crate::Compute::linear(x.on_device(), &self.weight, self.bias.as_ref())
     }
 }
 
@@ -532,8 +532,8 @@ where
     ///
     /// # Errors
     /// As [`Tensor::layer_norm`].
-    pub fn forward(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
-        crate::Compute::layer_norm(x, Some(&self.weight), self.bias.as_ref(), self.eps)
+    pub fn forward(&self, x: &impl OnDevice<D>) -> crate::Result<Tensor<D>> {
+        crate::Compute::layer_norm(x.on_device(), Some(&self.weight), self.bias.as_ref(), self.eps)
     }
 }
 
@@ -546,8 +546,8 @@ where
     ///
     /// # Errors
     /// As [`Tensor::rms_norm`].
-    pub fn forward(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
-        crate::Compute::rms_norm(x, Some(&self.weight), self.eps)
+    pub fn forward(&self, x: &impl OnDevice<D>) -> crate::Result<Tensor<D>> {
+        crate::Compute::rms_norm(x.on_device(), Some(&self.weight), self.eps)
     }
 }
 

@@ -8,7 +8,7 @@ use super::params::{
 };
 use crate::error::{Error, Result};
 use crate::kernels::{broadcast_strides, check_broadcast, check_float};
-use crate::{DType, Tensor};
+use crate::{DType, OnDevice, Tensor};
 
 const ELEMENTWISE: &str = kernel_source!("elementwise.wgsl");
 const CAST: &str = kernel_source!("cast.wgsl");
@@ -88,32 +88,32 @@ impl Tensor<Gpu> {
     /// [`Error::ShapeMismatch`] when the shapes do not broadcast, [`Error::NotFloat`],
     /// [`Error::Meta`]; [`Error::Gpu`] when the device fails or the operands live on
     /// different GPUs.
-    pub fn add(&self, rhs: &Tensor<Gpu>) -> Result<Tensor<Gpu>> {
-        self.binary(rhs, "add", Op::Add)
+    pub fn add(&self, rhs: &impl OnDevice<Gpu>) -> Result<Tensor<Gpu>> {
+        self.binary(rhs.on_device(), "add", Op::Add)
     }
 
     /// `self - rhs` elementwise, with numpy broadcasting.
     ///
     /// # Errors
     /// As [`Tensor::<Gpu>::add`].
-    pub fn sub(&self, rhs: &Tensor<Gpu>) -> Result<Tensor<Gpu>> {
-        self.binary(rhs, "sub", Op::Sub)
+    pub fn sub(&self, rhs: &impl OnDevice<Gpu>) -> Result<Tensor<Gpu>> {
+        self.binary(rhs.on_device(), "sub", Op::Sub)
     }
 
     /// `self * rhs` elementwise, with numpy broadcasting.
     ///
     /// # Errors
     /// As [`Tensor::<Gpu>::add`].
-    pub fn mul(&self, rhs: &Tensor<Gpu>) -> Result<Tensor<Gpu>> {
-        self.binary(rhs, "mul", Op::Mul)
+    pub fn mul(&self, rhs: &impl OnDevice<Gpu>) -> Result<Tensor<Gpu>> {
+        self.binary(rhs.on_device(), "mul", Op::Mul)
     }
 
     /// `self / rhs` elementwise, with numpy broadcasting.
     ///
     /// # Errors
     /// As [`Tensor::<Gpu>::add`].
-    pub fn div(&self, rhs: &Tensor<Gpu>) -> Result<Tensor<Gpu>> {
-        self.binary(rhs, "div", Op::Div)
+    pub fn div(&self, rhs: &impl OnDevice<Gpu>) -> Result<Tensor<Gpu>> {
+        self.binary(rhs.on_device(), "div", Op::Div)
     }
 
     /// Every element times `factor`.

@@ -10,7 +10,7 @@ use super::params::{
 };
 use crate::error::Result;
 use crate::kernels::{MatmulShape, broadcast_strides, check_linear, check_matmul, rows_fold};
-use crate::{DType, Tensor};
+use crate::{DType, OnDevice, Tensor};
 
 const MATMUL: &str = kernel_source!("matmul.wgsl");
 
@@ -144,8 +144,9 @@ impl Tensor<Gpu> {
     /// the batch axes do not broadcast, [`Error::NotFloat`](crate::Error::NotFloat),
     /// [`Error::Meta`](crate::Error::Meta); [`Error::Gpu`](crate::Error::Gpu) when an operand
     /// exceeds a storage binding or the device fails.
-    pub fn matmul(&self, rhs: &Tensor<Gpu>) -> Result<Tensor<Gpu>> {
+    pub fn matmul(&self, rhs: &impl OnDevice<Gpu>) -> Result<Tensor<Gpu>> {
         const OP: &str = "matmul";
+        let rhs = rhs.on_device();
         let MatmulShape { batch, m, k, n } = check_matmul(self, rhs)?;
         same_device(OP, self, &[Some(rhs)])?;
         let gpu = self.device();
@@ -169,8 +170,9 @@ impl Tensor<Gpu> {
     /// [`Error::NotFloat`](crate::Error::NotFloat), [`Error::Meta`](crate::Error::Meta) as on
     /// the host; [`Error::Gpu`](crate::Error::Gpu) when an operand exceeds a storage binding
     /// (a weight whose rows are not its outer axis) or the device fails.
-    pub fn linear(&self, weight: &Tensor<Gpu>, bias: Option<&Tensor<Gpu>>) -> Result<Tensor<Gpu>> {
+    pub fn linear(&self, weight: &impl OnDevice<Gpu>, bias: Option<&Tensor<Gpu>>) -> Result<Tensor<Gpu>> {
         const OP: &str = "linear";
+        let weight = weight.on_device();
         let (width, out_features) = check_linear(self, weight, bias)?;
         same_device(OP, self, &[Some(weight), bias])?;
         let gpu = self.device();

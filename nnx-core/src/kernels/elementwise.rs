@@ -3,10 +3,10 @@
 use rayon::prelude::*;
 
 use super::{Dense, PARALLEL_ELEMENTS, broadcast_strides, check_broadcast, f32_tensor, f32_values, strided_offset};
-use crate::Tensor;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
+use crate::{Host, OnDevice, Tensor};
 
 /// `sqrt(2 / pi)`, the scale inside GPT-2's tanh approximation of GELU.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -102,32 +102,32 @@ impl Tensor {
     /// assert_eq!(x.add(&row)?.to_vec::<f32>()?, [11.0, 22.0, 13.0, 24.0]);
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
-    pub fn add(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.binary(rhs, "add", |a, b| a + b)
+    pub fn add(&self, rhs: &impl OnDevice<Host>) -> Result<Tensor> {
+        self.binary(rhs.on_device(), "add", |a, b| a + b)
     }
 
     /// `self - rhs` elementwise, with numpy broadcasting.
     ///
     /// # Errors
     /// As [`Tensor::add`].
-    pub fn sub(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.binary(rhs, "sub", |a, b| a - b)
+    pub fn sub(&self, rhs: &impl OnDevice<Host>) -> Result<Tensor> {
+        self.binary(rhs.on_device(), "sub", |a, b| a - b)
     }
 
     /// `self * rhs` elementwise, with numpy broadcasting.
     ///
     /// # Errors
     /// As [`Tensor::add`].
-    pub fn mul(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.binary(rhs, "mul", |a, b| a * b)
+    pub fn mul(&self, rhs: &impl OnDevice<Host>) -> Result<Tensor> {
+        self.binary(rhs.on_device(), "mul", |a, b| a * b)
     }
 
     /// `self / rhs` elementwise, with numpy broadcasting (IEEE division: `x / 0` is infinite).
     ///
     /// # Errors
     /// As [`Tensor::add`].
-    pub fn div(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.binary(rhs, "div", |a, b| a / b)
+    pub fn div(&self, rhs: &impl OnDevice<Host>) -> Result<Tensor> {
+        self.binary(rhs.on_device(), "div", |a, b| a / b)
     }
 
     /// Every element times `factor`.

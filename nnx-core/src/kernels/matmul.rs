@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use super::{Dense, broadcast_shape, check_float, check_parameter, f32_tensor, parameter, strided_offset};
 use crate::error::{Error, Result};
-use crate::{Device, Tensor};
+use crate::{Device, Host, OnDevice, Tensor};
 
 /// One matrix operand of a product: where it starts in its block and its row and column strides.
 #[derive(Clone, Copy)]
@@ -172,8 +172,9 @@ impl Tensor {
     /// assert_eq!(a.matmul(&b)?.to_vec::<f32>()?, [3.0, 2.0, 7.0, 4.0]);
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
-    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+    pub fn matmul(&self, rhs: &impl OnDevice<Host>) -> Result<Tensor> {
         const OP: &str = "matmul";
+        let rhs = rhs.on_device();
         let MatmulShape { batch, m, k, n } = check_matmul(self, rhs)?;
         let (left_rank, right_rank) = (self.rank(), rhs.rank());
         let mut shape = batch.clone();
@@ -255,8 +256,9 @@ impl Tensor {
     /// assert_eq!(x.linear(&weight, Some(&bias))?.to_vec::<f32>()?, [3.5, 2.0, 0.0]);
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
-    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    pub fn linear(&self, weight: &impl OnDevice<Host>, bias: Option<&Tensor>) -> Result<Tensor> {
         const OP: &str = "linear";
+        let weight = weight.on_device();
         let (width, out_features) = check_linear(self, weight, bias)?;
         let bias = parameter(bias, out_features, weight, OP, "the bias must be `[out_features]`")?;
         let rows = self.len().checked_div(width).unwrap_or_else(|| self.shape()[..self.rank() - 1].iter().product());

@@ -1,0 +1,11 @@
+// A GPU layer given a host tensor: refused at compile time, with how to move it.
+use nnx::nn::Linear;
+use nnx::{DType, Gpu, Tensor};
+
+fn main() -> nnx::Result<()> {
+    let gpu = Gpu::open(0)?;
+    let layer: Linear<Gpu> = Linear::builder(2, 2).build().place(&gpu)?;
+    let x = Tensor::zeros(DType::F32, &[1, 2]);
+    let _ = layer.forward(&x);
+    Ok(())
+}
