@@ -35,8 +35,8 @@ pub use gpu::Gpu;
 #[allow(deprecated)]
 pub use module::{Entry, Field, Step};
 pub use module::{
-    FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, Op, PathStep, Place, Placer, Split, TensorSlot, Visitor,
-    VisitorMut, for_each_entry, for_each_entry_mut,
+    FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, ModuleOn, Op, PathStep, Place, Placer, Split, TensorSlot,
+    Visitor, VisitorMut, for_each_entry, for_each_entry_mut, for_each_entry_on, for_each_entry_on_mut,
 };
 pub use state::{FlatStateDict, LoadOptions, LoadReport, StateDict, StateNode, TensorSpec, module_specs};
 pub use storage::ByteSource;
@@ -51,9 +51,10 @@ pub mod __private {
     pub use crate::DType;
     pub use crate::device::{Device, Host};
     pub use crate::error::Result;
+    pub use crate::module::short_type_name;
     pub use crate::module::{
-        FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, PathStep, Place, Placer, Split, TensorSlot, Visitor,
-        VisitorMut, for_each_entry, for_each_entry_mut,
+        FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, ModuleOn, PathStep, Place, Placer, Split, TensorSlot,
+        Visitor, VisitorMut, for_each_entry, for_each_entry_mut, for_each_entry_on, for_each_entry_on_mut,
     };
     pub use crate::state::{compare_specs, join, suggest, under_prefix};
     pub use crate::table::render_columns;

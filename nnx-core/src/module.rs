@@ -3,7 +3,7 @@
 //! archives, imports) is a visitor over this walk.
 
 use crate::state::{self, FlatStateDict, LoadOptions, LoadReport, StateDict};
-use crate::{DType, Device, Result, Tensor};
+use crate::{DType, Device, Host, Result, Tensor};
 
 /// How a field's tensors are found in a file laid out by someone else, as recorded from its
 /// `#[nnx(...)]` attributes. The derive fills it in; importers read it from the walk.
@@ -66,22 +66,23 @@ pub enum PathStep {
     Index(usize),
 }
 
-/// Receives a shared walk: `enter` and `leave` bracket each step, `tensor` each tensor.
-pub trait Visitor {
+/// Receives a shared walk: `enter` and `leave` bracket each step, `tensor` each tensor (on the
+/// device `D`, the host unless said otherwise).
+pub trait Visitor<D: Device = Host> {
     /// Going one step down.
     fn enter(&mut self, step: PathStep);
     /// A tensor at the current path.
-    fn tensor(&mut self, tensor: &Tensor);
+    fn tensor(&mut self, tensor: &Tensor<D>);
     /// Coming back up from the last `enter`.
     fn leave(&mut self);
 }
 
 /// Receives a mutable walk; see [`Visitor`].
-pub trait VisitorMut {
+pub trait VisitorMut<D: Device = Host> {
     /// Going one step down.
     fn enter(&mut self, step: PathStep);
     /// A tensor at the current path, which the visitor may replace.
-    fn tensor(&mut self, tensor: &mut Tensor);
+    fn tensor(&mut self, tensor: &mut Tensor<D>);
     /// Coming back up from the last `enter`.
     fn leave(&mut self);
 }
@@ -95,7 +96,7 @@ pub trait VisitorMut {
     label = "not a Module: add `#[nnx(skip)]` if this field is configuration, or derive `Module` for its type",
     note = "fields are walked when they are `Tensor`, a `#[derive(Module)]` type, an nnx layer, or a `Vec`, array, `Option` or `Box` of those"
 )]
-pub trait Module {
+pub trait Module: ModuleOn<Host> {
     /// Visits every tensor in declaration order.
     fn walk(&self, visitor: &mut dyn Visitor);
 
@@ -163,7 +164,7 @@ pub trait Module {
 }
 
 /// `a::b::Gpt2<c::Block>` -> `Gpt2<c::Block>`: drop the path before the first `<`.
-pub(crate) fn short_type_name(full: &'static str) -> &'static str {
+pub fn short_type_name(full: &'static str) -> &'static str {
     let head = full.find('<').unwrap_or(full.len());
     match full[..head].rfind("::") {
         Some(at) => &full[at + 2..],
@@ -409,12 +410,12 @@ struct SlotVisitor<F> {
     f: F,
 }
 
-impl<F: FnMut(TensorSlot<'_>, &Tensor)> Visitor for SlotVisitor<F> {
+impl<D: Device, F: FnMut(TensorSlot<'_>, &Tensor<D>)> Visitor<D> for SlotVisitor<F> {
     fn enter(&mut self, step: PathStep) {
         self.tracker.enter(step);
     }
 
-    fn tensor(&mut self, tensor: &Tensor) {
+    fn tensor(&mut self, tensor: &Tensor<D>) {
         (self.f)(self.tracker.slot(), tensor);
     }
 
@@ -423,12 +424,12 @@ impl<F: FnMut(TensorSlot<'_>, &Tensor)> Visitor for SlotVisitor<F> {
     }
 }
 
-impl<F: FnMut(TensorSlot<'_>, &mut Tensor)> VisitorMut for SlotVisitor<F> {
+impl<D: Device, F: FnMut(TensorSlot<'_>, &mut Tensor<D>)> VisitorMut<D> for SlotVisitor<F> {
     fn enter(&mut self, step: PathStep) {
         self.tracker.enter(step);
     }
 
-    fn tensor(&mut self, tensor: &mut Tensor) {
+    fn tensor(&mut self, tensor: &mut Tensor<D>) {
         (self.f)(self.tracker.slot(), tensor);
     }
 
@@ -454,6 +455,110 @@ pub fn for_each_entry<M: Module + ?Sized>(module: &M, f: impl FnMut(TensorSlot<'
 /// Calls `f` with the [`TensorSlot`] and a mutable tensor of every tensor of `module`, in walk order.
 pub fn for_each_entry_mut<M: Module + ?Sized>(module: &mut M, f: impl FnMut(TensorSlot<'_>, &mut Tensor)) {
     module.walk_mut(&mut SlotVisitor { tracker: PathTracker::default(), f });
+}
+
+/// [`for_each_entry`] for a module on any device.
+pub fn for_each_entry_on<D: Device, M: ModuleOn<D> + ?Sized>(module: &M, f: impl FnMut(TensorSlot<'_>, &Tensor<D>)) {
+    module.walk_on(&mut SlotVisitor { tracker: PathTracker::default(), f });
+}
+
+/// [`for_each_entry_mut`] for a module on any device.
+pub fn for_each_entry_on_mut<D: Device, M: ModuleOn<D> + ?Sized>(
+    module: &mut M,
+    f: impl FnMut(TensorSlot<'_>, &mut Tensor<D>),
+) {
+    module.walk_on_mut(&mut SlotVisitor { tracker: PathTracker::default(), f });
+}
+
+/// The walk of a module whose tensors live on the device `D`: what imports onto a device read
+/// and write. The derive implements it for every struct: for `D = Host` beside [`Module`], and
+/// for every device when the struct has a device parameter (`struct Mlp<D: Device = Host>`).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no walk over tensors on `{D}`",
+    label = "not a module on `{D}`",
+    note = "derive `Module`; for a model on a GPU, give the struct a device parameter (`struct M<D: Device = Host> {{ w: Tensor<D> }}`) and `place` it"
+)]
+pub trait ModuleOn<D: Device> {
+    /// Visits every tensor in declaration order.
+    fn walk_on(&self, visitor: &mut dyn Visitor<D>);
+
+    /// Visits every tensor mutably in declaration order.
+    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>);
+}
+
+#[diagnostic::do_not_recommend]
+impl<D: Device> ModuleOn<D> for Tensor<D> {
+    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
+        visitor.tensor(self);
+    }
+
+    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
+        visitor.tensor(self);
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<D: Device, M: ModuleOn<D>> ModuleOn<D> for Vec<M> {
+    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
+        for (index, item) in self.iter().enumerate() {
+            visitor.enter(PathStep::Index(index));
+            item.walk_on(visitor);
+            visitor.leave();
+        }
+    }
+
+    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
+        for (index, item) in self.iter_mut().enumerate() {
+            visitor.enter(PathStep::Index(index));
+            item.walk_on_mut(visitor);
+            visitor.leave();
+        }
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<D: Device, M: ModuleOn<D>, const N: usize> ModuleOn<D> for [M; N] {
+    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
+        for (index, item) in self.iter().enumerate() {
+            visitor.enter(PathStep::Index(index));
+            item.walk_on(visitor);
+            visitor.leave();
+        }
+    }
+
+    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
+        for (index, item) in self.iter_mut().enumerate() {
+            visitor.enter(PathStep::Index(index));
+            item.walk_on_mut(visitor);
+            visitor.leave();
+        }
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<D: Device, M: ModuleOn<D>> ModuleOn<D> for Option<M> {
+    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
+        if let Some(inner) = self {
+            inner.walk_on(visitor);
+        }
+    }
+
+    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
+        if let Some(inner) = self {
+            inner.walk_on_mut(visitor);
+        }
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<D: Device, M: ModuleOn<D> + ?Sized> ModuleOn<D> for Box<M> {
+    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
+        (**self).walk_on(visitor);
+    }
+
+    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
+        (**self).walk_on_mut(visitor);
+    }
 }
 
 /// The former name of [`TensorSlot`].

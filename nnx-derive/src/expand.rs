@@ -206,6 +206,9 @@ fn device_impls(container: &Container<'_>, krate: &TokenStream, device: &Ident) 
     });
     let (rest_impl, _, rest_where) = rest.split_for_impl();
     let placer = if walked.is_empty() { quote!(_) } else { quote!(__placer) };
+    let device_tokens = quote!(#device);
+    let params: HashSet<&Ident> = container.generics.type_params().map(|param| &param.ident).collect();
+    let module_on = module_on_impl(container, &private, container.generics, &device_tokens, |ty| mentions(ty, &params));
     quote! {
         #[allow(unused_qualifications, clippy::all)]
         const _: () = {
@@ -223,6 +226,8 @@ fn device_impls(container: &Container<'_>, krate: &TokenStream, device: &Ident) 
             }
 
             #holds_tensors
+
+            #module_on
 
             #[automatically_derived]
             impl #place_impl #private::Place<#to_ident> for #ident #on_host #place_where {
@@ -300,6 +305,8 @@ fn module_impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
             impl #impl_generics #private::HoldsTensors for #ident #ty_generics #where_clause {}
         }
     });
+    let host = quote!(#private::Host);
+    let module_on = module_on_impl(container, &private, container.generics, &host, |ty| mentions(ty, &params));
     quote! {
         #[allow(unused_qualifications, clippy::all)]
         const _: () = {
@@ -317,7 +324,57 @@ fn module_impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
             }
 
             #holds_tensors
+
+            #module_on
         };
+    }
+}
+
+/// `ModuleOn<device>` for `ident #ty_generics`: the same walk as `Module`, over tensors on
+/// `device`. `bound` says which field types need a bound (those that mention a parameter).
+fn module_on_impl(
+    container: &Container<'_>,
+    private: &TokenStream,
+    generics: &syn::Generics,
+    device: &TokenStream,
+    bound: impl Fn(&Type) -> bool,
+) -> TokenStream {
+    let ident = container.ident;
+    let walked: Vec<&Field<'_>> = container.fields.iter().filter(|field| field.is_walked()).collect();
+    let mut generics = generics.clone();
+    let (_, ty_generics, _) = container.generics.split_for_impl();
+    let ty_generics = quote!(#ty_generics);
+    let where_clause = generics.make_where_clause();
+    for field in walked.iter().filter(|field| bound(field.ty)) {
+        let ty = field.ty;
+        where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: #private::ModuleOn<#device>));
+    }
+    let (impl_generics, _, where_clause) = generics.split_for_impl();
+    let steps: Vec<TokenStream> = walked.iter().map(|field| step(field, private)).collect();
+    let walks = walked.iter().zip(&steps).map(|(field, step)| {
+        let (member, ty) = (&field.member, field.ty);
+        let call = quote_spanned!(ty.span()=> <#ty as #private::ModuleOn<#device>>::walk_on(&self.#member, __visitor));
+        quote! { __visitor.enter(#step); #call; __visitor.leave(); }
+    });
+    let walks_mut = walked.iter().zip(&steps).map(|(field, step)| {
+        let (member, ty) = (&field.member, field.ty);
+        let call =
+            quote_spanned!(ty.span()=> <#ty as #private::ModuleOn<#device>>::walk_on_mut(&mut self.#member, __visitor));
+        quote! { __visitor.enter(#step); #call; __visitor.leave(); }
+    });
+    let visitor = if walked.is_empty() { quote!(_) } else { quote!(__visitor) };
+    quote! {
+        #[automatically_derived]
+        #[diagnostic::do_not_recommend]
+        impl #impl_generics #private::ModuleOn<#device> for #ident #ty_generics #where_clause {
+            fn walk_on(&self, #visitor: &mut dyn #private::Visitor<#device>) {
+                #(#walks)*
+            }
+
+            fn walk_on_mut(&mut self, #visitor: &mut dyn #private::VisitorMut<#device>) {
+                #(#walks_mut)*
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use proc_macro2::TokenStream;
 use quote::quote;
 use syn::DeriveInput;
 
-/// `Module` with empty walks and `HoldsTensors`, for any struct, enum or union, without bounds
+/// `Module` and `ModuleOn<Host>` with empty walks and `HoldsTensors`, for any struct, enum or union, without bounds
 /// beyond those the type declares.
 pub fn impls(input: &DeriveInput, krate: &TokenStream) -> TokenStream {
     let private = quote!(#krate::__private);
@@ -20,6 +20,14 @@ pub fn impls(input: &DeriveInput, krate: &TokenStream) -> TokenStream {
                 fn walk(&self, _: &mut dyn #private::Visitor) {}
 
                 fn walk_mut(&mut self, _: &mut dyn #private::VisitorMut) {}
+            }
+
+            #[automatically_derived]
+            #[diagnostic::do_not_recommend]
+            impl #impl_generics #private::ModuleOn<#private::Host> for #ident #ty_generics #where_clause {
+                fn walk_on(&self, _: &mut dyn #private::Visitor) {}
+
+                fn walk_on_mut(&mut self, _: &mut dyn #private::VisitorMut) {}
             }
 
             #[automatically_derived]

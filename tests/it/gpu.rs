@@ -122,3 +122,42 @@ fn minilm_on_the_gpu_matches_sentence_transformers() {
     println!("all-MiniLM-L6-v2 on {}: lowest cosine {worst:.8}", gpu.name());
     assert!(worst >= 0.99999, "lowest cosine {worst}");
 }
+
+#[test]
+fn importing_straight_onto_the_gpu_equals_importing_on_the_host() {
+    use nnx::Archive;
+    use nnx::models::gpt2::{Gpt2, Gpt2Config};
+    use nnx::models::llama::{Llama, LlamaConfig};
+    let Some(gpu) = gpu() else { return };
+    let ids = [4u32, 8, 15, 16, 23, 42];
+
+    let folder = crate::util::fixtures().join("gpt2-tiny");
+    let config = Gpt2Config::from_file(folder.join("config.json")).unwrap();
+    let mut on_host = Gpt2::new(&config, DType::F32, Init::Meta);
+    Archive::open(&folder).unwrap().import_into(&mut on_host, "").unwrap();
+    let mut on_gpu = Gpt2::new(&config, DType::F32, Init::Meta).place(&gpu).unwrap();
+    assert!(on_gpu.wte.weight.is_meta());
+    let report = Archive::open(&folder).unwrap().import_into(&mut on_gpu, "").unwrap();
+    assert!(report.tied.contains(&"lm_head.weight".to_string()), "{report:?}");
+    assert!(!on_gpu.wte.weight.is_meta() && on_gpu.wte.weight.device() == &gpu);
+    assert!(on_gpu.lm_head.weight.shares_storage(&on_gpu.wte.weight), "the tie is one buffer");
+    let (diff, _) = widest(&on_gpu.forward(&ids).unwrap().to_host().unwrap(), &on_host.forward(&ids).unwrap());
+    assert!(diff <= 1e-4, "gpt2 imported onto the gpu differs by {diff}");
+    // The transposed and split weights arrive as the host builds them.
+    assert_eq!(
+        on_gpu.h[0].attn.k.weight.to_host().unwrap().to_bytes().unwrap(),
+        on_host.h[0].attn.k.weight.contiguous().to_bytes().unwrap()
+    );
+
+    // BF16 weights cast to F32 on the way.
+    let folder = crate::util::fixtures().join("llama-tiny");
+    let config = LlamaConfig::from_file(folder.join("config.json")).unwrap();
+    let mut on_host = Llama::new(&config, DType::F32, Init::Meta);
+    Archive::open(&folder).unwrap().import_into(&mut on_host, "").unwrap();
+    let mut on_gpu = Llama::new(&config, DType::F32, Init::Meta).place(&gpu).unwrap();
+    let report = Archive::open(&folder).unwrap().import_into(&mut on_gpu, "").unwrap();
+    assert!(!report.cast.is_empty());
+    assert_eq!(on_gpu.embed.weight.dtype(), DType::F32);
+    let (diff, _) = widest(&on_gpu.forward(&ids).unwrap().to_host().unwrap(), &on_host.forward(&ids).unwrap());
+    assert!(diff <= 1e-4, "llama imported onto the gpu differs by {diff}");
+}

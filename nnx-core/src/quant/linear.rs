@@ -329,6 +329,29 @@ impl Module for SeedLinear {
 #[diagnostic::do_not_recommend]
 impl HoldsTensors for SeedLinear {}
 
+// The quantized layers live on the host; their device walk is their walk.
+#[diagnostic::do_not_recommend]
+impl crate::ModuleOn<crate::Host> for QuantizedLinear {
+    fn walk_on(&self, visitor: &mut dyn Visitor) {
+        self.walk(visitor);
+    }
+
+    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        self.walk_mut(visitor);
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl crate::ModuleOn<crate::Host> for SeedLinear {
+    fn walk_on(&self, visitor: &mut dyn Visitor) {
+        self.walk(visitor);
+    }
+
+    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        self.walk_mut(visitor);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

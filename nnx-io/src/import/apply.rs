@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use nnx_core::__private::{for_each_entry, for_each_entry_mut};
-use nnx_core::{HookError, ImportOp, Module, Problem, ProblemKind, ProblemSource, Tensor};
+use nnx_core::__private::{for_each_entry_on, for_each_entry_on_mut};
+use nnx_core::{Device, HookError, ImportOp, ModuleOn, Problem, ProblemKind, ProblemSource, Tensor};
 
 use super::plan::{Action, resolve_axis};
 use super::{HookContext, ImportOptions, ImportReport};
@@ -41,7 +41,11 @@ impl Archive {
     ///
     /// # Errors
     /// As [`Archive::import_into_with`].
-    pub fn import_into<M: Module + ?Sized>(&self, module: &mut M, prefix: &str) -> Result<ImportReport> {
+    pub fn import_into<D: Device, M: ModuleOn<D> + ?Sized>(
+        &self,
+        module: &mut M,
+        prefix: &str,
+    ) -> Result<ImportReport> {
         self.import_into_with(module, prefix, &ImportOptions::default())
     }
 
@@ -54,16 +58,23 @@ impl Archive {
     /// The whole mapping is checked from headers before any byte is read; on failure the model
     /// is unchanged and the error lists every problem with the op chain and shapes.
     ///
+    /// A model on a device (a meta model [placed](nnx_core::Place) there) is imported straight
+    /// onto it: each tensor is built on the host (a view of the file, transposed or cast when
+    /// asked), moved to the device and its host copy dropped before the next, so the host holds
+    /// at most one tensor's cast at a time.
+    ///
     /// # Errors
     /// [`Error::Load`] with every problem (a hook's own error among them, as
     /// [`ProblemKind::HookFailed`]); the error of opening a shard.
-    pub fn import_into_with<M: Module + ?Sized>(
+    pub fn import_into_with<D: Device, M: ModuleOn<D> + ?Sized>(
         &self,
         module: &mut M,
         prefix: &str,
         options: &ImportOptions,
     ) -> Result<ImportReport> {
-        let mut plan = self.plan(module, prefix, options)?;
+        let mut plan = self.plan_on(module, prefix, options)?;
+        let mut devices: Vec<D> = Vec::with_capacity(plan.rows.len());
+        for_each_entry_on(module, |_, tensor| devices.push(tensor.device().clone()));
         if !plan.is_valid() {
             return Err(Error::Load(plan.error()));
         }
@@ -101,8 +112,8 @@ impl Archive {
             return Err(Error::Load(plan.error()));
         }
         let mut report = ImportReport { unused: plan.unused.clone(), ..ImportReport::default() };
-        let mut values: Vec<Option<Tensor>> = Vec::with_capacity(plan.rows.len());
-        for row in &plan.rows {
+        let mut values: Vec<Option<Tensor<D>>> = Vec::with_capacity(plan.rows.len());
+        for (row, device) in plan.rows.iter().zip(&devices) {
             values.push(match &row.action {
                 Action::Read { cast, parallel_axis } => {
                     let mut tensor = apply_ops(&row.ops, self.try_get(&row.source)?)?;
@@ -114,11 +125,16 @@ impl Archive {
                         report.cast.push(row.name.clone());
                     }
                     report.imported.push(row.name.clone());
-                    Some(tensor)
+                    // On the host this shares the tensor; elsewhere it moves it, and the host
+                    // copy is dropped here, before the next tensor is built.
+                    Some(device.upload(&tensor)?)
                 }
                 Action::Hook(at) => {
                     report.imported.push(row.name.clone());
-                    hooked.remove(at)
+                    match hooked.remove(at) {
+                        Some(tensor) => Some(device.upload(&tensor)?),
+                        None => None,
+                    }
                 }
                 Action::Keep => {
                     report.absent.push(row.name.clone());
@@ -134,9 +150,9 @@ impl Archive {
         // What each tensor becomes: its new value, or the one it has (kept, or a tie resolved
         // below). Tied tensors then share the final tensor of their target, following chains
         // of ties; a cycle of ties keeps the values the model has.
-        let mut resolved: Vec<Tensor> = Vec::with_capacity(values.len());
+        let mut resolved: Vec<Tensor<D>> = Vec::with_capacity(values.len());
         let mut values = values.into_iter();
-        for_each_entry(module, |_, tensor| resolved.push(values.next().flatten().unwrap_or_else(|| tensor.clone())));
+        for_each_entry_on(module, |_, tensor| resolved.push(values.next().flatten().unwrap_or_else(|| tensor.clone())));
         let index: HashMap<&str, usize> =
             plan.rows.iter().enumerate().map(|(at, row)| (row.name.as_str(), at)).collect();
         for at in 0..plan.rows.len() {
@@ -150,7 +166,7 @@ impl Archive {
             resolved[at] = resolved[target].clone();
         }
         let mut resolved = resolved.into_iter();
-        for_each_entry_mut(module, |_, tensor| {
+        for_each_entry_on_mut(module, |_, tensor| {
             if let Some(value) = resolved.next() {
                 *tensor = value;
             }

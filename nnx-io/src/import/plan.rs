@@ -4,9 +4,12 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 
-use nnx_core::__private::{for_each_entry, join, render_columns, suggest, under_prefix};
+use nnx_core::__private::{
+    for_each_entry, for_each_entry_on, join, render_columns, short_type_name, suggest, under_prefix,
+};
 use nnx_core::{
-    DType, ImportOp, LoadAction, LoadError, Module, OpChain, Problem, ProblemKind, ProblemSource, SourceOp,
+    DType, Device, ImportOp, LoadAction, LoadError, Module, ModuleOn, OpChain, Problem, ProblemKind, ProblemSource,
+    SourceOp, TensorSlot,
 };
 
 use super::{Hook, ImportOptions};
@@ -48,6 +51,24 @@ pub(super) struct Row {
     pub(super) model_shape: Vec<usize>,
     stored: Option<(DType, Vec<usize>)>,
     pub(super) action: Action,
+}
+
+impl Row {
+    /// The row of one model tensor, before the archive is consulted.
+    fn new(slot: &TensorSlot<'_>, prefix: &str, dtype: DType, shape: &[usize]) -> Row {
+        Row {
+            name: slot.name.to_string(),
+            source: join(prefix, slot.source),
+            ops: slot.ops.to_vec(),
+            optional: slot.optional,
+            required: slot.dtype,
+            tie: slot.tie.map(str::to_string),
+            model_dtype: dtype,
+            model_shape: shape.to_vec(),
+            stored: None,
+            action: Action::Invalid,
+        }
+    }
 }
 
 /// An import planned from headers: what each model tensor reads and how, without reading data.
@@ -372,20 +393,24 @@ impl Archive {
         options: &ImportOptions,
     ) -> Result<ImportPlan> {
         let mut rows = Vec::new();
-        for_each_entry(module, |slot, tensor| {
-            rows.push(Row {
-                name: slot.name.to_string(),
-                source: join(prefix, slot.source),
-                ops: slot.ops.to_vec(),
-                optional: slot.optional,
-                required: slot.dtype,
-                tie: slot.tie.map(str::to_string),
-                model_dtype: tensor.dtype(),
-                model_shape: tensor.shape().to_vec(),
-                stored: None,
-                action: Action::Invalid,
-            });
-        });
+        for_each_entry(module, |slot, tensor| rows.push(Row::new(&slot, prefix, tensor.dtype(), tensor.shape())));
+        self.plan_rows(rows, module.module_name(), prefix, options)
+    }
+
+    /// [`Archive::plan`] for a module on any device: the plan reads only names, dtypes and
+    /// shapes, which every device's tensors have.
+    pub(super) fn plan_on<D: Device, M: ModuleOn<D> + ?Sized>(
+        &self,
+        module: &M,
+        prefix: &str,
+        options: &ImportOptions,
+    ) -> Result<ImportPlan> {
+        let mut rows = Vec::new();
+        for_each_entry_on(module, |slot, tensor| rows.push(Row::new(&slot, prefix, tensor.dtype(), tensor.shape())));
+        self.plan_rows(rows, short_type_name(std::any::type_name::<M>()), prefix, options)
+    }
+
+    fn plan_rows(&self, mut rows: Vec<Row>, target: &str, prefix: &str, options: &ImportOptions) -> Result<ImportPlan> {
         let hooked: HashSet<&str> = options.hooks.iter().map(|hook| hook.name.as_str()).collect();
         let mut used: HashSet<String> = HashSet::new();
         for row in &mut rows {
@@ -438,13 +463,7 @@ impl Archive {
         if options.strict_coverage {
             problems.extend(unused.iter().map(|name| Problem::new(name, ProblemKind::Unused)));
         }
-        Ok(ImportPlan {
-            origin: self.origin().to_string(),
-            target: module.module_name().to_string(),
-            rows,
-            problems,
-            unused,
-        })
+        Ok(ImportPlan { origin: self.origin().to_string(), target: target.to_string(), rows, problems, unused })
     }
 }
 
