@@ -21,7 +21,9 @@
 
 use nnx_derive::Module;
 
-use crate::{DType, Device, Host, OnDevice, Tensor};
+#[cfg(feature = "kernels")]
+use crate::OnDevice;
+use crate::{DType, Device, Host, Tensor};
 
 /// How a layer's tensors are created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
