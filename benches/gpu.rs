@@ -10,9 +10,11 @@
 //!
 //! Every case runs once to warm up (kernels compile on the first launch), then is timed for
 //! up to [`BUDGET`] (at least once, at most [`MAX_RUNS`] times). GPU work is asynchronous, so
-//! each timed GPU run ends by reading back one row of its result. A kernel case whose one run
-//! is expected, from the rate of the case before it on the same side, to take longer than
-//! [`CAP`] is not run, and its cell says so; `NNX_BENCH_CAP_S` sets that cap in seconds.
+//! each timed GPU run ends by reading back one row of its result. A case whose warm-up takes
+//! longer than [`CAP`] is not repeated (the warm-up is its one run, and the table says so), and
+//! a kernel case whose one run is expected, from the rate of the case before it on the same
+//! side, to take that long is not run, and its cell says so; `NNX_BENCH_CAP_S` sets the cap in
+//! seconds.
 //! `NNX_BENCH_QUICK=1` times each case once and caps at 5 s. On Mesa's lavapipe (a CPU
 //! rasterizer) the GPU column measures shaders compiled for the same cores.
 
@@ -31,7 +33,8 @@ use nnx::{DType, Gpu, Pretrained, Tensor};
 const BUDGET: Duration = Duration::from_secs(2);
 /// The most timed runs of one case.
 const MAX_RUNS: usize = 20;
-/// A kernel case expected to take longer than this per run is not run.
+/// A case whose warm-up takes longer than this is not repeated; a kernel case expected to take
+/// longer than this per run is not run.
 const CAP: Duration = Duration::from_secs(20);
 
 /// The square sizes of the f32 matmul.
@@ -67,10 +70,15 @@ impl Plan {
         plan
     }
 
-    /// Times `run` after one warm-up call.
+    /// Times `run` after one warm-up call; a warm-up longer than the cap is the only run.
     fn time(&self, mut run: impl FnMut() -> nnx::Result<()>) -> Outcome {
+        let began = Instant::now();
         if let Err(error) = run() {
             return Outcome::Failed(error.to_string());
+        }
+        let warm_up = began.elapsed();
+        if warm_up > self.cap {
+            return Outcome::WarmUpOnly(warm_up);
         }
         let mut runs = Vec::new();
         let start = Instant::now();
@@ -102,6 +110,8 @@ impl Plan {
 enum Outcome {
     /// The timed runs, fastest first.
     Ran(Vec<Duration>),
+    /// The warm-up run, which took longer than the cap and was not repeated.
+    WarmUpOnly(Duration),
     /// Not run: one run was expected to take this long, over the cap.
     Capped { expected: Duration },
     /// Not run: the error.
@@ -114,6 +124,7 @@ impl Outcome {
     fn best(&self) -> Option<Duration> {
         match self {
             Outcome::Ran(runs) => runs.first().copied(),
+            Outcome::WarmUpOnly(run) => Some(*run),
             _ => None,
         }
     }
@@ -121,6 +132,7 @@ impl Outcome {
     fn median(&self) -> Option<Duration> {
         match self {
             Outcome::Ran(runs) => runs.get(runs.len() / 2).copied(),
+            Outcome::WarmUpOnly(run) => Some(*run),
             _ => None,
         }
     }
@@ -133,6 +145,7 @@ impl Outcome {
     fn runs(&self) -> String {
         match self {
             Outcome::Ran(runs) => runs.len().to_string(),
+            Outcome::WarmUpOnly(_) => "1 (warm-up)".to_string(),
             _ => "-".to_string(),
         }
     }
@@ -140,7 +153,7 @@ impl Outcome {
     /// The cell of a rate, `value` giving the number from a run time.
     fn cell(&self, time: Option<Duration>, value: impl Fn(f64) -> String, plan: &Plan) -> String {
         match (self, time) {
-            (Outcome::Ran(_), Some(time)) => value(time.as_secs_f64()),
+            (Outcome::Ran(_) | Outcome::WarmUpOnly(_), Some(time)) => value(time.as_secs_f64()),
             (Outcome::Capped { expected }, _) => {
                 format!("capped (~{:.0} s a run > {:.0} s)", expected.as_secs_f64(), plan.cap.as_secs_f64())
             }
@@ -403,11 +416,8 @@ fn main() {
     let gpu = match Gpu::open(index) {
         Ok(gpu) => gpu,
         Err(error) => {
-            println!(
-                "not run: no GPU adapter {index} (`NNX_GPU` chooses one): {}",
-                error.to_string().replace('\n', "; ")
-            );
-            println!("Mesa's lavapipe (`mesa-vulkan-drivers libvulkan1`) is one that any Linux machine can run");
+            // The error lists the adapters found and says how to install a software one.
+            println!("not run (`NNX_GPU` chooses the adapter): {}", error.to_string().replace('\n', "; "));
             return;
         }
     };
@@ -435,7 +445,8 @@ fn main() {
         );
     }
     println!(
-        "a kernel expected (from the case before it) to take over {:.0} s a run is capped (NNX_BENCH_CAP_S)\n",
+        "a case whose warm-up takes over {:.0} s is not repeated (runs: \"1 (warm-up)\"), and a kernel expected \
+         (from the case before it) to take that long is not run (NNX_BENCH_CAP_S sets the cap)\n",
         plan.cap.as_secs_f64()
     );
 
