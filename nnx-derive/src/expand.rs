@@ -156,23 +156,11 @@ fn device_impls(container: &Container<'_>, krate: &TokenStream, device: &Ident) 
         where_clause.predicates.push(syn::parse_quote_spanned!(field.ty.span()=> #ty: #private::Module));
     }
     let (impl_generics, _, where_clause) = module_generics.split_for_impl();
-    let steps: Vec<TokenStream> = walked.iter().map(|field| step(field, &private)).collect();
     let assertions = walked
         .iter()
         .zip(&host_types)
         .filter(|(field, _)| field.attrs.has_import_rule())
         .map(|(field, ty)| quote_spanned!(field.ty.span()=> let _ = #private::assert_holds_tensors::<#ty>;));
-    let walks = walked.iter().zip(&host_types).zip(&steps).map(|((field, ty), step)| {
-        let member = &field.member;
-        let call = quote_spanned!(field.ty.span()=> <#ty as #private::Module>::walk(&self.#member, __visitor));
-        quote! { __visitor.enter(#step); #call; __visitor.leave(); }
-    });
-    let walks_mut = walked.iter().zip(&host_types).zip(&steps).map(|((field, ty), step)| {
-        let member = &field.member;
-        let call = quote_spanned!(field.ty.span()=> <#ty as #private::Module>::walk_mut(&mut self.#member, __visitor));
-        quote! { __visitor.enter(#step); #call; __visitor.leave(); }
-    });
-    let visitor = if walked.is_empty() { quote!(_) } else { quote!(__visitor) };
     let holds_tensors = (!walked.is_empty()).then(|| {
         quote! {
             #[automatically_derived]
@@ -215,13 +203,13 @@ fn device_impls(container: &Container<'_>, krate: &TokenStream, device: &Ident) 
             #[automatically_derived]
             #[diagnostic::do_not_recommend]
             impl #impl_generics #private::Module for #ident #on_host #where_clause {
-                fn walk(&self, #visitor: &mut dyn #private::Visitor) {
+                fn walk(&self, __visitor: &mut dyn #private::Visitor) {
                     #(#assertions)*
-                    #(#walks)*
+                    <Self as #private::ModuleOn<#private::Host>>::walk_on(self, __visitor)
                 }
 
-                fn walk_mut(&mut self, #visitor: &mut dyn #private::VisitorMut) {
-                    #(#walks_mut)*
+                fn walk_mut(&mut self, __visitor: &mut dyn #private::VisitorMut) {
+                    <Self as #private::ModuleOn<#private::Host>>::walk_on_mut(self, __visitor)
                 }
             }
 
@@ -305,8 +293,20 @@ fn module_impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
             impl #impl_generics #private::HoldsTensors for #ident #ty_generics #where_clause {}
         }
     });
-    let host = quote!(#private::Host);
-    let module_on = module_on_impl(container, &private, container.generics, &host, |ty| mentions(ty, &params));
+    // The host walk is the module's walk, so a field that is not a module is reported once.
+    let module_on = quote! {
+        #[automatically_derived]
+        #[diagnostic::do_not_recommend]
+        impl #impl_generics #private::ModuleOn<#private::Host> for #ident #ty_generics #where_clause {
+            fn walk_on(&self, __visitor: &mut dyn #private::Visitor) {
+                <Self as #private::Module>::walk(self, __visitor)
+            }
+
+            fn walk_on_mut(&mut self, __visitor: &mut dyn #private::VisitorMut) {
+                <Self as #private::Module>::walk_mut(self, __visitor)
+            }
+        }
+    };
     quote! {
         #[allow(unused_qualifications, clippy::all)]
         const _: () = {
