@@ -497,41 +497,43 @@ impl<D: Device> ModuleOn<D> for Tensor<D> {
     }
 }
 
+/// Walks a sequence on any device, each element under its index.
+fn walk_on_items<D: Device, M: ModuleOn<D>>(items: &[M], visitor: &mut dyn Visitor<D>) {
+    for (index, item) in items.iter().enumerate() {
+        visitor.enter(PathStep::Index(index));
+        item.walk_on(visitor);
+        visitor.leave();
+    }
+}
+
+/// Walks a sequence on any device mutably, each element under its index.
+fn walk_on_items_mut<D: Device, M: ModuleOn<D>>(items: &mut [M], visitor: &mut dyn VisitorMut<D>) {
+    for (index, item) in items.iter_mut().enumerate() {
+        visitor.enter(PathStep::Index(index));
+        item.walk_on_mut(visitor);
+        visitor.leave();
+    }
+}
+
 #[diagnostic::do_not_recommend]
 impl<D: Device, M: ModuleOn<D>> ModuleOn<D> for Vec<M> {
     fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
-        for (index, item) in self.iter().enumerate() {
-            visitor.enter(PathStep::Index(index));
-            item.walk_on(visitor);
-            visitor.leave();
-        }
+        walk_on_items(self, visitor);
     }
 
     fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
-        for (index, item) in self.iter_mut().enumerate() {
-            visitor.enter(PathStep::Index(index));
-            item.walk_on_mut(visitor);
-            visitor.leave();
-        }
+        walk_on_items_mut(self, visitor);
     }
 }
 
 #[diagnostic::do_not_recommend]
 impl<D: Device, M: ModuleOn<D>, const N: usize> ModuleOn<D> for [M; N] {
     fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
-        for (index, item) in self.iter().enumerate() {
-            visitor.enter(PathStep::Index(index));
-            item.walk_on(visitor);
-            visitor.leave();
-        }
+        walk_on_items(self, visitor);
     }
 
     fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
-        for (index, item) in self.iter_mut().enumerate() {
-            visitor.enter(PathStep::Index(index));
-            item.walk_on_mut(visitor);
-            visitor.leave();
-        }
+        walk_on_items_mut(self, visitor);
     }
 }
 
