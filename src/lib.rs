@@ -43,7 +43,7 @@ pub use nnx_core::Compute;
 /// The GPU device: one wgpu adapter.
 #[cfg(feature = "gpu")]
 pub use nnx_core::Gpu;
-pub use nnx_core::{DType, Device, Element, Host, ModuleOn, OnDevice, Place, Placer, Tensor, UnknownDType};
+pub use nnx_core::{DType, Device, Element, Host, ModuleOn, OnDevice, Place, Placement, Placer, Tensor, UnknownDType};
 
 // Modules: the trait, its walk, and what the walk reports.
 pub use nnx_core::{

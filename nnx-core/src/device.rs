@@ -27,11 +27,33 @@ pub trait Device: Clone + fmt::Debug + Send + Sync + 'static + sealed::Sealed {
     fn name(&self) -> String;
 
     /// `tensor` moved onto this device (a meta tensor stays meta): what [`crate::Place`] calls
-    /// for each leaf.
+    /// for each leaf. Page-aligned entries of a mapped file are placed over the file's own
+    /// pages where the device can do that; see [`Device::transfer`].
     ///
     /// # Errors
     /// The device's error when it cannot hold the tensor.
-    fn upload(&self, tensor: &Tensor) -> Result<Tensor<Self>>;
+    fn upload(&self, tensor: &Tensor) -> Result<Tensor<Self>> {
+        Ok(self.transfer(tensor)?.0)
+    }
+
+    /// `tensor` on this device, and how it got there: shared on the host, placed over the
+    /// pages of its mapped file without a copy, or uploaded.
+    ///
+    /// # Errors
+    /// The device's error when it cannot hold the tensor.
+    fn transfer(&self, tensor: &Tensor) -> Result<(Tensor<Self>, Placement)>;
+}
+
+/// How a host tensor reached its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Still on the host: the same storage, shared.
+    Host,
+    /// A device buffer over the pages of the file the tensor was mapped from: nothing copied,
+    /// nothing allocated, and the buffer keeps the mapping alive.
+    ZeroCopy,
+    /// Copied into device memory (straight from the mapped pages when the tensor was mapped).
+    Uploaded,
 }
 
 /// What every device's storage answers.
@@ -54,8 +76,8 @@ impl Device for Host {
         "host".to_string()
     }
 
-    fn upload(&self, tensor: &Tensor) -> Result<Tensor> {
-        Ok(tensor.clone())
+    fn transfer(&self, tensor: &Tensor) -> Result<(Tensor, Placement)> {
+        Ok((tensor.clone(), Placement::Host))
     }
 }
 

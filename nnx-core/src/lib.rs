@@ -23,7 +23,7 @@ mod tensor;
 
 #[cfg(feature = "kernels")]
 pub use compute::Compute;
-pub use device::{Device, Host, OnDevice};
+pub use device::{Device, Host, OnDevice, Placement};
 pub use dtype::{DType, UnknownDType};
 pub use element::Element;
 pub use error::{

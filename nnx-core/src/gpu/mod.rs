@@ -7,6 +7,7 @@
 mod attention;
 mod dispatch;
 mod elementwise;
+mod host_memory;
 #[cfg(test)]
 mod kernel_tests;
 mod layout;
@@ -20,14 +21,19 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use crate::device::{Device, DeviceStorage};
+use crate::device::{Device, DeviceStorage, Placement};
 use crate::error::{Error, Result};
+use crate::storage::Storage;
 use crate::{DType, Tensor};
+use host_memory::HostImport;
 
 /// One wgpu adapter, opened with its real limits.
 #[derive(Clone)]
 pub struct Gpu {
     inner: Arc<Inner>,
+    /// Whether placing a page-aligned mapped tensor imports its pages (see
+    /// [`Gpu::with_zero_copy`]).
+    zero_copy: bool,
 }
 
 struct Inner {
@@ -37,6 +43,7 @@ struct Inner {
     queue: wgpu::Queue,
     limits: wgpu::Limits,
     shader_f16: bool,
+    host_import: HostImport,
     pipelines: Mutex<HashMap<&'static str, Arc<wgpu::ComputePipeline>>>,
 }
 
@@ -59,8 +66,11 @@ impl Device for Gpu {
         format!("gpu {} ({})", self.inner.index, self.inner.info.name)
     }
 
-    fn upload(&self, tensor: &Tensor) -> Result<Tensor<Gpu>> {
-        tensor.to_device(self)
+    fn transfer(&self, tensor: &Tensor) -> Result<(Tensor<Gpu>, Placement)> {
+        if let Some(placed) = self.import_pages(tensor) {
+            return Ok((placed, Placement::ZeroCopy));
+        }
+        Ok((tensor.to_device(self)?, Placement::Uploaded))
     }
 }
 
@@ -122,11 +132,29 @@ impl Gpu {
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         };
-        let (device, queue) = pollster::block_on(adapter.request_device(&descriptor)).map_err(|error| Error::Gpu {
-            device: describe(index, &info),
-            action: "open",
-            message: error.to_string(),
-        })?;
+        #[cfg(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd"))]
+        let opened = match info.backend {
+            wgpu::Backend::Vulkan => host_memory::vulkan::open(&adapter, &descriptor),
+            _ => None,
+        };
+        #[cfg(not(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd")))]
+        let opened = None;
+        let (device, queue, host_import) = match opened {
+            Some(opened) => opened,
+            None => {
+                let (device, queue) = pollster::block_on(adapter.request_device(&descriptor)).map_err(|error| {
+                    Error::Gpu { device: describe(index, &info), action: "open", message: error.to_string() }
+                })?;
+                #[cfg(target_vendor = "apple")]
+                let host_import = match info.backend {
+                    wgpu::Backend::Metal => HostImport::Metal { alignment: host_memory::metal::page_size() },
+                    _ => HostImport::Unavailable,
+                };
+                #[cfg(not(target_vendor = "apple"))]
+                let host_import = HostImport::Unavailable;
+                (device, queue, host_import)
+            }
+        };
         Ok(Gpu {
             inner: Arc::new(Inner {
                 index,
@@ -135,8 +163,10 @@ impl Gpu {
                 queue,
                 limits,
                 shader_f16,
+                host_import,
                 pipelines: Mutex::new(HashMap::new()),
             }),
+            zero_copy: true,
         })
     }
 
@@ -148,6 +178,60 @@ impl Gpu {
     /// The limits the device was opened with.
     pub fn limits(&self) -> &wgpu::Limits {
         &self.inner.limits
+    }
+
+    /// The alignment (in bytes, of address and size) at which this device can use a mapped
+    /// file's pages as a buffer without copying them, or `None` when it cannot (placement then
+    /// uploads). Vulkan adapters with `VK_EXT_external_memory_host` report their
+    /// `minImportedHostPointerAlignment` (4 KiB on lavapipe), Metal its page size.
+    pub fn zero_copy_alignment(&self) -> Option<u64> {
+        if self.zero_copy { self.inner.host_import.alignment() } else { None }
+    }
+
+    /// This device with zero-copy placement on or off (it is on when the device supports it).
+    /// With it off, every placed tensor is uploaded: for comparing the two, or for weights
+    /// whose file may be rewritten in place while they are on the device.
+    pub fn with_zero_copy(&self, enabled: bool) -> Gpu {
+        Gpu { inner: Arc::clone(&self.inner), zero_copy: enabled }
+    }
+
+    /// `tensor` as a buffer over the pages of the file it is mapped from, when it is a
+    /// contiguous view of a mapping that starts on the device's import alignment; `None`
+    /// otherwise (or when the driver refuses the pages), and the caller uploads it.
+    fn import_pages(&self, tensor: &Tensor) -> Option<Tensor<Gpu>> {
+        let alignment = self.zero_copy_alignment()?;
+        if !tensor.is_contiguous() || tensor.dtype().size_in_bytes().is_none() {
+            return None;
+        }
+        let Storage::Shared { source, .. } = &tensor.storage().0 else { return None };
+        if !source.is_file_mapping() {
+            return None;
+        }
+        let std::borrow::Cow::Borrowed(bytes) = tensor.to_bytes().ok()? else { return None };
+        let mapping = source.bytes();
+        let start = bytes.as_ptr() as usize;
+        let span = self.inner.host_import.span(start, bytes.len(), mapping.as_ptr() as usize + mapping.len())?;
+        debug_assert!(start.is_multiple_of(alignment as usize));
+        let keep = Arc::clone(source);
+        let buffer = match self.inner.host_import {
+            // SAFETY: the span starts on the import alignment and ends inside the mapping's
+            // pages (`HostImport::span`); `keep` holds the mapping, whose bytes never change
+            // (the `ByteSource` contract), for as long as the buffer lives.
+            #[cfg(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd"))]
+            HostImport::Vulkan { .. } => unsafe {
+                host_memory::vulkan::import(self.device(), bytes.as_ptr(), span, keep)
+            },
+            // SAFETY: as above, with page alignment.
+            #[cfg(target_vendor = "apple")]
+            HostImport::Metal { .. } => unsafe {
+                host_memory::metal::import(self.device(), bytes.as_ptr(), span, keep)
+            },
+            _ => {
+                drop((keep, span));
+                None
+            }
+        }?;
+        Some(self.tensor(Some(buffer), tensor.dtype(), tensor.shape()))
     }
 
     /// Whether shaders may use `f16`.

@@ -127,12 +127,12 @@ impl Archive {
                     report.imported.push(row.name.clone());
                     // On the host this shares the tensor; elsewhere it moves it, and the host
                     // copy is dropped here, before the next tensor is built.
-                    Some(device.upload(&tensor)?)
+                    Some(report.place(device, &row.name, &tensor)?)
                 }
                 Action::Hook(at) => {
                     report.imported.push(row.name.clone());
                     match hooked.remove(at) {
-                        Some(tensor) => Some(device.upload(&tensor)?),
+                        Some(tensor) => Some(report.place(device, &row.name, &tensor)?),
                         None => None,
                     }
                 }

@@ -12,7 +12,7 @@ mod plan;
 
 use std::fmt;
 
-use nnx_core::{DType, LoadError, Problem, Tensor};
+use nnx_core::{DType, Device, LoadError, Placement, Problem, Tensor};
 
 use crate::archive::Archive;
 use crate::error::Result;
@@ -163,6 +163,41 @@ pub struct ImportReport {
     pub cast: Vec<String>,
     /// Entries under the prefix that nothing read.
     pub unused: Vec<String>,
+    /// Model tensors on a device placed over the pages of the mapped file, with no copy (a
+    /// page-aligned entry, read as stored, on a device that can import host pages).
+    pub zero_copy: Vec<String>,
+    /// Model tensors on a device copied into its memory: a tensor also in `cast` was cast on
+    /// the host first; the others were uploaded straight from the file's pages.
+    pub uploaded: Vec<String>,
+}
+
+impl ImportReport {
+    /// `tensor` on `device`, recorded under `name` as zero-copy or uploaded (nothing is
+    /// recorded for the host, where the tensor is shared).
+    pub(crate) fn place<D: Device>(&mut self, device: &D, name: &str, tensor: &Tensor) -> nnx_core::Result<Tensor<D>> {
+        let (placed, placement) = device.transfer(tensor)?;
+        match placement {
+            Placement::ZeroCopy => self.zero_copy.push(name.to_string()),
+            Placement::Uploaded => self.uploaded.push(name.to_string()),
+            Placement::Host => {}
+        }
+        Ok(placed)
+    }
+
+    /// How the model tensor `name` was placed: [`Placement::Host`] for one imported into a
+    /// host model, `None` for a tensor the import did not read (tied, absent or unknown).
+    pub fn placement(&self, name: &str) -> Option<Placement> {
+        let has = |names: &[String]| names.iter().any(|seen| seen == name);
+        if has(&self.zero_copy) {
+            Some(Placement::ZeroCopy)
+        } else if has(&self.uploaded) {
+            Some(Placement::Uploaded)
+        } else if has(&self.imported) {
+            Some(Placement::Host)
+        } else {
+            None
+        }
+    }
 }
 
 #[cfg(test)]
