@@ -15,6 +15,10 @@ if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 && command -v apt-
     echo "could not install mesa-vulkan-drivers libvulkan1: the GPU tests skip without an adapter (and fail under CI)" >&2
   fi
 fi
+# CI type-checks the Apple code (Metal, no-copy buffers) by building for Apple silicon.
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx aarch64-apple-darwin; then
+  rustup target add aarch64-apple-darwin
+fi
 venv="$cache/venv"
 mkdir -p "$cache"
 

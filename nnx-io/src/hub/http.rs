@@ -102,6 +102,15 @@ pub(crate) fn origin_of(url: &str) -> &str {
     &url[..end]
 }
 
+/// The TLS provider the build has: the system's on Apple platforms, rustls elsewhere.
+fn tls() -> ureq::tls::TlsConfig {
+    #[cfg(target_vendor = "apple")]
+    let provider = ureq::tls::TlsProvider::NativeTls;
+    #[cfg(not(target_vendor = "apple"))]
+    let provider = ureq::tls::TlsProvider::Rustls;
+    ureq::tls::TlsConfig::builder().provider(provider).build()
+}
+
 impl Http {
     pub(crate) fn new(endpoint: &str, token: Option<String>) -> Http {
         // `HF_HUB_DOWNLOAD_TIMEOUT` and `HF_HUB_ETAG_TIMEOUT` mean what they mean for
@@ -116,6 +125,7 @@ impl Http {
             .timeout_per_read(Some(read))
             .timeout_per_write(Some(Duration::from_secs(120)))
             .user_agent(concat!("nnx/", env!("CARGO_PKG_VERSION")))
+            .tls_config(tls())
             .build();
         Http {
             agent: ureq::Agent::new_with_config(config),
