@@ -48,7 +48,7 @@ pub trait Device: Clone + fmt::Debug + Send + Sync + 'static + sealed::Sealed {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Placement {
     /// Still on the host: the same storage, shared.
-    Host,
+    Shared,
     /// A device buffer over the pages of the file the tensor was mapped from: nothing copied,
     /// nothing allocated, and the buffer keeps the mapping alive.
     ZeroCopy,
@@ -77,7 +77,7 @@ impl Device for Host {
     }
 
     fn transfer(&self, tensor: &Tensor) -> Result<(Tensor, Placement)> {
-        Ok((tensor.clone(), Placement::Host))
+        Ok((tensor.clone(), Placement::Shared))
     }
 }
 

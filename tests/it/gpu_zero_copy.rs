@@ -130,7 +130,7 @@ fn placement_is_reported_per_tensor() {
     let path = checkpoint(dir.path(), "llama.safetensors", DType::F32);
     let mut host = Llama::new(&config(), DType::F32, Init::Meta);
     let report = Archive::open(&path).unwrap().import_into(&mut host, "").unwrap();
-    assert_eq!(report.placement("embed.weight"), Some(Placement::Host));
+    assert_eq!(report.placement("embed.weight"), Some(Placement::Shared));
     assert!(host.embed.weight.is_mapped());
     let placed = host.place(&gpu).unwrap();
     assert_eq!(placed.embed.weight.to_host().unwrap().to_bytes().unwrap(), host.embed.weight.to_bytes().unwrap());

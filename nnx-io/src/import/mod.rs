@@ -179,12 +179,12 @@ impl ImportReport {
         match placement {
             Placement::ZeroCopy => self.zero_copy.push(name.to_string()),
             Placement::Uploaded => self.uploaded.push(name.to_string()),
-            Placement::Host => {}
+            Placement::Shared => {}
         }
         Ok(placed)
     }
 
-    /// How the model tensor `name` was placed: [`Placement::Host`] for one imported into a
+    /// How the model tensor `name` was placed: [`Placement::Shared`] for one imported into a
     /// host model, `None` for a tensor the import did not read (tied, absent or unknown).
     pub fn placement(&self, name: &str) -> Option<Placement> {
         let has = |names: &[String]| names.iter().any(|seen| seen == name);
@@ -193,7 +193,7 @@ impl ImportReport {
         } else if has(&self.uploaded) {
             Some(Placement::Uploaded)
         } else if has(&self.imported) {
-            Some(Placement::Host)
+            Some(Placement::Shared)
         } else {
             None
         }
