@@ -6,6 +6,7 @@ mod convert;
 mod crash;
 mod generate;
 mod gpu;
+mod gpu_quant;
 mod gpu_zero_copy;
 mod hostile;
 mod hostile_readers;

@@ -14,6 +14,7 @@ mod layout;
 mod matmul;
 mod norm;
 mod params;
+mod quant;
 
 pub(crate) use attention::{attention, embedding};
 

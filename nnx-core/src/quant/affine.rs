@@ -23,7 +23,7 @@ use rayon::prelude::*;
 use super::{Rounding, check_stream, with_slice};
 use crate::error::{Error, Result};
 use crate::kernels::f32_tensor;
-use crate::{DType, Tensor};
+use crate::{DType, Device, Host, Place, Placer, Tensor};
 
 /// The bit widths MLX's affine mode defines.
 pub const AFFINE_BITS: [u32; 6] = [2, 3, 4, 5, 6, 8];
@@ -73,20 +73,23 @@ impl AffineSpec {
 }
 
 /// An affine-quantized weight in MLX's layout: `weight` (U32 `[.., rows, columns * bits /
-/// 32]`), `scales` and `biases` (the source float dtype, `[.., rows, columns / group_size]`).
+/// 32]`), `scales` and `biases` (the source float dtype, `[.., rows, columns / group_size]`),
+/// on the host or, placed with [`AffineWeight::place`], on a device with the streams still
+/// packed.
 #[derive(Clone, Debug)]
-pub struct AffineWeight {
+pub struct AffineWeight<D: Device = Host> {
     /// The packed values.
-    pub weight: Tensor,
+    pub weight: Tensor<D>,
     /// One scale per group.
-    pub scales: Tensor,
+    pub scales: Tensor<D>,
     /// One bias per group.
-    pub biases: Tensor,
+    pub biases: Tensor<D>,
     spec: AffineSpec,
 }
 
-impl AffineWeight {
-    /// Puts the three streams together, checking that their dtypes and shapes agree.
+impl<D: Device> AffineWeight<D> {
+    /// Puts the three streams together, checking that their dtypes and shapes agree (only
+    /// dtypes and shapes are read, so the streams may live on any device).
     ///
     /// # Errors
     /// [`Error::QuantStream`] naming the stream that does not fit: `weight` must be U32,
@@ -94,7 +97,7 @@ impl AffineWeight {
     /// `[.., rows, groups * group_size * bits / 32]` for `scales` `[.., rows, groups]`;
     /// [`Error::QuantTooLarge`] when `groups * group_size` overflows (an empty weight claiming
     /// more columns than can be counted).
-    pub fn new(weight: Tensor, scales: Tensor, biases: Tensor, spec: AffineSpec) -> Result<AffineWeight> {
+    pub fn new(weight: Tensor<D>, scales: Tensor<D>, biases: Tensor<D>, spec: AffineSpec) -> Result<AffineWeight<D>> {
         let dtype = match scales.dtype() {
             DType::F32 | DType::BF16 | DType::F16 => scales.dtype(),
             _ => DType::BF16,
@@ -119,6 +122,28 @@ impl AffineWeight {
         Ok(AffineWeight { weight, scales, biases, spec })
     }
 
+    /// Bits and group size.
+    pub fn spec(&self) -> AffineSpec {
+        self.spec
+    }
+
+    /// The dtype of scales and biases, which is the dtype [`AffineWeight::dequantize`] gives.
+    pub fn dtype(&self) -> DType {
+        self.scales.dtype()
+    }
+
+    /// The shape of the float weight.
+    pub fn shape(&self) -> Vec<usize> {
+        let mut shape = self.scales.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            // `new` checked that this fits; saturating keeps replaced fields from overflowing.
+            *last = last.saturating_mul(self.spec.group_size);
+        }
+        shape
+    }
+}
+
+impl AffineWeight {
     /// Quantizes `source` (f32, bf16 or f16, `[.., columns]`) as MLX's CPU backend does, bit
     /// for bit; scales and biases have the source dtype.
     ///
@@ -147,24 +172,13 @@ impl AffineWeight {
         })
     }
 
-    /// Bits and group size.
-    pub fn spec(&self) -> AffineSpec {
-        self.spec
-    }
-
-    /// The dtype of scales and biases, which is the dtype [`AffineWeight::dequantize`] gives.
-    pub fn dtype(&self) -> DType {
-        self.scales.dtype()
-    }
-
-    /// The shape of the float weight.
-    pub fn shape(&self) -> Vec<usize> {
-        let mut shape = self.scales.shape().to_vec();
-        if let Some(last) = shape.last_mut() {
-            // `new` checked that this fits; saturating keeps replaced fields from overflowing.
-            *last = last.saturating_mul(self.spec.group_size);
-        }
-        shape
+    /// This weight on the device `to`, each stream as it is (the packed words stay U32), so
+    /// that the device decodes them (see `AffineWeight<Gpu>::dequantize`).
+    ///
+    /// # Errors
+    /// The device's error when a stream cannot be moved.
+    pub fn place<To: Device>(&self, to: &To) -> Result<AffineWeight<To>> {
+        self.place_with(&mut Placer::new(to))
     }
 
     /// The float weight, in the dtype of the scales, equal bit for bit to MLX's `dequantize`.
@@ -205,6 +219,19 @@ impl AffineWeight {
             spec: self.spec,
             rounding: Rounding::of(self.dtype()),
             columns: self.shape().last().copied().unwrap_or(0),
+        })
+    }
+}
+
+impl<To: Device> Place<To> for AffineWeight {
+    type Placed = AffineWeight<To>;
+
+    fn place_with(&self, placer: &mut Placer<'_, To>) -> Result<AffineWeight<To>> {
+        Ok(AffineWeight {
+            weight: placer.tensor(&self.weight)?,
+            scales: placer.tensor(&self.scales)?,
+            biases: placer.tensor(&self.biases)?,
+            spec: self.spec,
         })
     }
 }

@@ -1,15 +1,19 @@
 //! Linear layers over quantized weights: [`QuantizedLinear`] (MLX affine, the layout of mlx-lm
 //! checkpoints) and [`SeedLinear`] (SEED4 / SEED4P4). Their `forward` decodes the weight a tile
 //! of rows at a time inside the matrix product.
+//!
+//! Both are generic over the device like [`Linear`]: `place` moves the streams as they are
+//! (packed words stay U32, U16 and U8), and the GPU versions decode inside their kernels (see
+//! `nnx_core::gpu`).
 
 use super::affine::{AffineSpec, AffineWeight};
 use super::check_stream;
 use super::matmul::fused_matmul;
 use super::seed::{SeedEncoding, SeedWeight};
 use crate::error::{Error, Result};
-use crate::module::{FieldInfo, ImportRule, Module, PathStep, Visitor, VisitorMut};
+use crate::module::{FieldInfo, ImportRule, Module, ModuleOn, PathStep, Place, Placer, Visitor, VisitorMut};
 use crate::nn::Linear;
-use crate::{DType, HoldsTensors, Tensor};
+use crate::{DType, Device, HoldsTensors, Host, Tensor};
 
 const fn field(name: &'static str) -> FieldInfo {
     FieldInfo { ident: name, segment: name, rule: ImportRule::NONE }
@@ -25,20 +29,25 @@ const COEFS: FieldInfo = field("coefs");
 const EXP_BIAS: FieldInfo = field("exp_bias");
 const CODES: FieldInfo = field("codes");
 
-fn visit(visitor: &mut dyn Visitor, field: &'static FieldInfo, tensor: &Tensor) {
+fn visit<D: Device>(visitor: &mut dyn Visitor<D>, field: &'static FieldInfo, tensor: &Tensor<D>) {
     visitor.enter(PathStep::Field(field));
     visitor.tensor(tensor);
     visitor.leave();
 }
 
-fn visit_mut(visitor: &mut dyn VisitorMut, field: &'static FieldInfo, tensor: &mut Tensor) {
+fn visit_mut<D: Device>(visitor: &mut dyn VisitorMut<D>, field: &'static FieldInfo, tensor: &mut Tensor<D>) {
     visitor.enter(PathStep::Field(field));
     visitor.tensor(tensor);
     visitor.leave();
 }
 
-/// The input as f32 `[rows, features]`, checking its last axis.
-fn input(op: &'static str, x: &Tensor, features: usize, weight_shape: &[usize]) -> Result<(Vec<f32>, usize)> {
+/// Checks an input `[.., features]` of a float dtype, on any device.
+pub(crate) fn check_input<D: Device>(
+    op: &'static str,
+    x: &Tensor<D>,
+    features: usize,
+    weight_shape: &[usize],
+) -> Result<()> {
     if !x.dtype().is_castable_float() {
         return Err(Error::NotFloat { op, dtype: x.dtype() });
     }
@@ -50,6 +59,32 @@ fn input(op: &'static str, x: &Tensor, features: usize, weight_shape: &[usize]) 
             reason: "the last axis of the input must be the layer's input width",
         });
     }
+    Ok(())
+}
+
+/// Checks that `slice` is one of the `slices` of a weight of logical shape `shape`.
+pub(crate) fn check_slice(slice: usize, shape: [usize; 3]) -> Result<()> {
+    if slice >= shape[0] {
+        return Err(Error::NarrowOutOfRange { axis: 0, start: slice, len: 1, size: shape[0], shape: shape.to_vec() });
+    }
+    Ok(())
+}
+
+/// Checks that a weight has one slice, for `forward`.
+pub(crate) fn check_one_slice(shape: [usize; 3]) -> Result<()> {
+    if shape[0] != 1 {
+        return Err(Error::BadShape {
+            op: "SeedLinear::forward",
+            expected: "[1, out, in] (pick an expert with `forward_slice`)",
+            shape: shape.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// The input as f32 `[rows, features]`, checking its last axis.
+fn input(op: &'static str, x: &Tensor, features: usize, weight_shape: &[usize]) -> Result<(Vec<f32>, usize)> {
+    check_input(op, x, features, weight_shape)?;
     let values = x.to_f32_vec()?;
     let rows = values.len() / features.max(1);
     Ok((values, rows))
@@ -73,18 +108,58 @@ fn output(x: &Tensor, mut values: Vec<f32>, bias: Option<&Tensor>, out_features:
 /// A linear layer with an MLX affine-quantized weight, named as mlx-lm names it: `weight` (U32
 /// `[out, in * bits / 32]`), `scales` and `biases` (`[out, in / group_size]`) and an optional
 /// `bias` (`[out]`).
+///
+/// Built on the host; [`QuantizedLinear::place`] moves it to a device with its weight still
+/// packed, where `forward` decodes it inside the product.
 #[derive(Clone, Debug)]
-pub struct QuantizedLinear {
+pub struct QuantizedLinear<D: Device = Host> {
     /// The packed values.
-    pub weight: Tensor,
+    pub weight: Tensor<D>,
     /// One scale per group.
-    pub scales: Tensor,
+    pub scales: Tensor<D>,
     /// One bias per group (of the quantization, not the layer's `bias`).
-    pub biases: Tensor,
+    pub biases: Tensor<D>,
     /// The layer's bias, added after the product.
-    pub bias: Option<Tensor>,
+    pub bias: Option<Tensor<D>>,
     /// Bits and group size.
     pub spec: AffineSpec,
+}
+
+impl<D: Device> QuantizedLinear<D> {
+    /// A layer from a quantized rank-2 weight and an optional bias.
+    ///
+    /// # Errors
+    /// [`Error::BadShape`] for a weight that is not rank 2; [`Error::QuantStream`] for a bias
+    /// that is not `[out]`.
+    pub fn new(weight: AffineWeight<D>, bias: Option<Tensor<D>>) -> Result<QuantizedLinear<D>> {
+        let shape = weight.shape();
+        if shape.len() != 2 {
+            return Err(Error::BadShape { op: "QuantizedLinear", expected: "[out, in]", shape });
+        }
+        if let Some(bias) = &bias {
+            check_stream("bias", bias, bias.dtype(), &shape[..1])?;
+        }
+        let spec = weight.spec();
+        Ok(QuantizedLinear { weight: weight.weight, scales: weight.scales, biases: weight.biases, bias, spec })
+    }
+
+    /// The weight's streams, checked against each other.
+    ///
+    /// # Errors
+    /// [`Error::QuantStream`] when the fields were replaced by tensors that do not fit.
+    pub fn affine(&self) -> Result<AffineWeight<D>> {
+        AffineWeight::new(self.weight.clone(), self.scales.clone(), self.biases.clone(), self.spec)
+    }
+
+    /// The input width.
+    pub fn in_features(&self) -> usize {
+        self.scales.shape().get(1).map_or(0, |groups| groups * self.spec.group_size)
+    }
+
+    /// The output width.
+    pub fn out_features(&self) -> usize {
+        self.scales.shape().first().copied().unwrap_or(0)
+    }
 }
 
 impl QuantizedLinear {
@@ -113,23 +188,6 @@ impl QuantizedLinear {
         })
     }
 
-    /// A layer from a quantized rank-2 weight and an optional bias.
-    ///
-    /// # Errors
-    /// [`Error::BadShape`] for a weight that is not rank 2; [`Error::QuantStream`] for a bias
-    /// that is not `[out]`.
-    pub fn new(weight: AffineWeight, bias: Option<Tensor>) -> Result<QuantizedLinear> {
-        let shape = weight.shape();
-        if shape.len() != 2 {
-            return Err(Error::BadShape { op: "QuantizedLinear", expected: "[out, in]", shape });
-        }
-        if let Some(bias) = &bias {
-            check_stream("bias", bias, bias.dtype(), &shape[..1])?;
-        }
-        let spec = weight.spec();
-        Ok(QuantizedLinear { weight: weight.weight, scales: weight.scales, biases: weight.biases, bias, spec })
-    }
-
     /// Quantizes a [`Linear`] layer's weight (the bias is kept as is).
     ///
     /// # Errors
@@ -139,12 +197,13 @@ impl QuantizedLinear {
         QuantizedLinear::new(weight, linear.bias.clone())
     }
 
-    /// The weight's streams, checked against each other.
+    /// This layer on the device `to`, each stream as it is (the packed words stay U32); a
+    /// meta layer gives a meta layer there.
     ///
     /// # Errors
-    /// [`Error::QuantStream`] when the fields were replaced by tensors that do not fit.
-    pub fn affine(&self) -> Result<AffineWeight> {
-        AffineWeight::new(self.weight.clone(), self.scales.clone(), self.biases.clone(), self.spec)
+    /// The device's error when a stream cannot be moved.
+    pub fn place<To: Device>(&self, to: &To) -> Result<QuantizedLinear<To>> {
+        self.place_with(&mut Placer::new(to))
     }
 
     /// A float [`Linear`] with the dequantized weight (MLX's values) cast to `dtype`, and the
@@ -156,16 +215,6 @@ impl QuantizedLinear {
         let weight = self.affine()?.dequantize()?.to_dtype(dtype)?;
         let bias = self.bias.as_ref().map(|bias| bias.to_dtype(dtype)).transpose()?;
         Ok(Linear { weight, bias })
-    }
-
-    /// The input width.
-    pub fn in_features(&self) -> usize {
-        self.scales.shape().get(1).map_or(0, |groups| groups * self.spec.group_size)
-    }
-
-    /// The output width.
-    pub fn out_features(&self) -> usize {
-        self.scales.shape().first().copied().unwrap_or(0)
     }
 
     /// `y = x W^T + b` for `x` `[.., in]` of any float dtype, giving f32 `[.., out]`. The weight
@@ -185,9 +234,24 @@ impl QuantizedLinear {
     }
 }
 
+// The host walk is the device walk on the host, as the derive writes it for device modules.
 #[diagnostic::do_not_recommend]
 impl Module for QuantizedLinear {
     fn walk(&self, visitor: &mut dyn Visitor) {
+        self.walk_on(visitor);
+    }
+
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        self.walk_on_mut(visitor);
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl HoldsTensors for QuantizedLinear {}
+
+#[diagnostic::do_not_recommend]
+impl<D: Device> ModuleOn<D> for QuantizedLinear<D> {
+    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
         visit(visitor, &WEIGHT, &self.weight);
         visit(visitor, &SCALES, &self.scales);
         visit(visitor, &BIASES, &self.biases);
@@ -196,7 +260,7 @@ impl Module for QuantizedLinear {
         }
     }
 
-    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
         visit_mut(visitor, &WEIGHT, &mut self.weight);
         visit_mut(visitor, &SCALES, &mut self.scales);
         visit_mut(visitor, &BIASES, &mut self.biases);
@@ -206,31 +270,66 @@ impl Module for QuantizedLinear {
     }
 }
 
-#[diagnostic::do_not_recommend]
-impl HoldsTensors for QuantizedLinear {}
+impl<To: Device> Place<To> for QuantizedLinear {
+    type Placed = QuantizedLinear<To>;
+
+    fn place_with(&self, placer: &mut Placer<'_, To>) -> Result<QuantizedLinear<To>> {
+        Ok(QuantizedLinear {
+            weight: placer.tensor(&self.weight)?,
+            scales: placer.tensor(&self.scales)?,
+            biases: placer.tensor(&self.biases)?,
+            bias: self.bias.as_ref().map(|bias| placer.tensor(bias)).transpose()?,
+            spec: self.spec,
+        })
+    }
+}
 
 /// A linear layer with a SEED4 or SEED4P4 weight, named as NanoSeedLM names it: `seeds`,
 /// `nibbles` or `coefs`, `exp_bias`, `codes` (SEED4P4) and an optional `bias`. The weight is
 /// `[slices, out, in]`; a dense layer has one slice, and the slices of a mixture-of-experts
 /// layer are its experts.
+///
+/// Built on the host; [`SeedLinear::place`] moves it to a device with its streams still packed,
+/// where `forward` and `forward_slice` decode the blocks inside the product.
 #[derive(Clone, Debug)]
-pub struct SeedLinear {
+pub struct SeedLinear<D: Device = Host> {
     /// The weight's streams.
-    pub weight: SeedWeight,
+    pub weight: SeedWeight<D>,
     /// The layer's bias, added after the product.
-    pub bias: Option<Tensor>,
+    pub bias: Option<Tensor<D>>,
 }
 
-impl SeedLinear {
+impl<D: Device> SeedLinear<D> {
     /// A layer from an encoded weight and an optional bias `[out]`.
     ///
     /// # Errors
     /// [`Error::QuantStream`] for a bias of another shape.
-    pub fn new(weight: SeedWeight, bias: Option<Tensor>) -> Result<SeedLinear> {
+    pub fn new(weight: SeedWeight<D>, bias: Option<Tensor<D>>) -> Result<SeedLinear<D>> {
         if let Some(bias) = &bias {
             check_stream("bias", bias, bias.dtype(), &weight.shape()[1..2])?;
         }
         Ok(SeedLinear { weight, bias })
+    }
+
+    /// The input width.
+    pub fn in_features(&self) -> usize {
+        self.weight.shape()[2]
+    }
+
+    /// The output width.
+    pub fn out_features(&self) -> usize {
+        self.weight.shape()[1]
+    }
+}
+
+impl SeedLinear {
+    /// This layer on the device `to`, each stream as it is (U16, I32 and U8); a meta layer
+    /// gives a meta layer there.
+    ///
+    /// # Errors
+    /// The device's error when a stream cannot be moved.
+    pub fn place<To: Device>(&self, to: &To) -> Result<SeedLinear<To>> {
+        self.place_with(&mut Placer::new(to))
     }
 
     /// Encodes a [`Linear`] layer's weight with the exhaustive seed search (slow: 65535 seeds
@@ -243,30 +342,13 @@ impl SeedLinear {
         SeedLinear::new(weight, linear.bias.clone())
     }
 
-    /// The input width.
-    pub fn in_features(&self) -> usize {
-        self.weight.shape()[2]
-    }
-
-    /// The output width.
-    pub fn out_features(&self) -> usize {
-        self.weight.shape()[1]
-    }
-
     /// `y = x W^T + b` for a one-slice weight; see [`SeedLinear::forward_slice`].
     ///
     /// # Errors
     /// [`Error::BadShape`] when the weight has more than one slice, and as
     /// [`SeedLinear::forward_slice`].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let shape = self.weight.shape();
-        if shape[0] != 1 {
-            return Err(Error::BadShape {
-                op: "SeedLinear::forward",
-                expected: "[1, out, in] (pick an expert with `forward_slice`)",
-                shape: shape.to_vec(),
-            });
-        }
+        check_one_slice(self.weight.shape())?;
         self.forward_slice(x, 0)
     }
 
@@ -279,15 +361,7 @@ impl SeedLinear {
     /// slice past the last, [`Error::NotFloat`], [`Error::Meta`].
     pub fn forward_slice(&self, x: &Tensor, slice: usize) -> Result<Tensor> {
         let shape = self.weight.shape();
-        if slice >= shape[0] {
-            return Err(Error::NarrowOutOfRange {
-                axis: 0,
-                start: slice,
-                len: 1,
-                size: shape[0],
-                shape: shape.to_vec(),
-            });
-        }
+        check_slice(slice, shape)?;
         let (k, n) = (shape[2], shape[1]);
         let (values, m) = input("SeedLinear::forward", x, k, &[n, k])?;
         let decoder = self.weight.decoder()?;
@@ -300,6 +374,20 @@ impl SeedLinear {
 #[diagnostic::do_not_recommend]
 impl Module for SeedLinear {
     fn walk(&self, visitor: &mut dyn Visitor) {
+        self.walk_on(visitor);
+    }
+
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        self.walk_on_mut(visitor);
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl HoldsTensors for SeedLinear {}
+
+#[diagnostic::do_not_recommend]
+impl<D: Device> ModuleOn<D> for SeedLinear<D> {
+    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
         visit(visitor, &SEEDS, &self.weight.seeds);
         let coefficients = if self.weight.encoding == SeedEncoding::Seed4 { &NIBBLES } else { &COEFS };
         visit(visitor, coefficients, &self.weight.coefficients);
@@ -312,7 +400,7 @@ impl Module for SeedLinear {
         }
     }
 
-    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
         visit_mut(visitor, &SEEDS, &mut self.weight.seeds);
         let coefficients = if self.weight.encoding == SeedEncoding::Seed4 { &NIBBLES } else { &COEFS };
         visit_mut(visitor, coefficients, &mut self.weight.coefficients);
@@ -326,29 +414,14 @@ impl Module for SeedLinear {
     }
 }
 
-#[diagnostic::do_not_recommend]
-impl HoldsTensors for SeedLinear {}
+impl<To: Device> Place<To> for SeedLinear {
+    type Placed = SeedLinear<To>;
 
-// The quantized layers live on the host; their device walk is their walk.
-#[diagnostic::do_not_recommend]
-impl crate::ModuleOn<crate::Host> for QuantizedLinear {
-    fn walk_on(&self, visitor: &mut dyn Visitor) {
-        self.walk(visitor);
-    }
-
-    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        self.walk_mut(visitor);
-    }
-}
-
-#[diagnostic::do_not_recommend]
-impl crate::ModuleOn<crate::Host> for SeedLinear {
-    fn walk_on(&self, visitor: &mut dyn Visitor) {
-        self.walk(visitor);
-    }
-
-    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        self.walk_mut(visitor);
+    fn place_with(&self, placer: &mut Placer<'_, To>) -> Result<SeedLinear<To>> {
+        Ok(SeedLinear {
+            weight: self.weight.place_with(placer)?,
+            bias: self.bias.as_ref().map(|bias| placer.tensor(bias)).transpose()?,
+        })
     }
 }
 

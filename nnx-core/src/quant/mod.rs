@@ -25,12 +25,14 @@ mod seed;
 pub use affine::{AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, AffineWeight};
 #[cfg(feature = "kernels")]
 pub use linear::{QuantizedLinear, SeedLinear};
+#[cfg(feature = "gpu")]
+pub(crate) use linear::{check_input, check_one_slice, check_slice};
 pub use seed::{
     BLOCK, EncodeOptions, R32, SeedEncoding, SeedWeight, lfsr_states, lfsr_step, pack_seed_codes, seed_exp_bias,
 };
 
 use crate::error::Result;
-use crate::{DType, Element, Tensor};
+use crate::{DType, Device, Element, Tensor};
 
 /// Runs `read` over the elements of `tensor` as a slice of `T`, copying only when the tensor
 /// is a strided view.
@@ -40,8 +42,14 @@ fn with_slice<T: Element, R>(tensor: &Tensor, read: impl FnOnce(&[T]) -> R) -> R
     Ok(read(slice))
 }
 
-/// Checks that a stream has the dtype and shape the other streams call for.
-fn check_stream(stream: &'static str, tensor: &Tensor, dtype: DType, shape: &[usize]) -> Result<()> {
+/// Checks that a stream has the dtype and shape the other streams call for (on any device: only
+/// its dtype and shape are read).
+pub(crate) fn check_stream<D: Device>(
+    stream: &'static str,
+    tensor: &Tensor<D>,
+    dtype: DType,
+    shape: &[usize],
+) -> Result<()> {
     if tensor.dtype() != dtype || tensor.shape() != shape {
         return Err(crate::Error::QuantStream {
             stream,

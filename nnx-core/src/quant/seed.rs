@@ -10,7 +10,7 @@ use super::{check_stream, round_bf16};
 use crate::error::{Error, Result};
 use crate::kernels::f32_tensor;
 use crate::tensor::checked_len;
-use crate::{DType, Tensor};
+use crate::{DType, Device, Host, Place, Placer, Tensor};
 
 /// Values per block.
 pub const BLOCK: usize = 8;
@@ -153,24 +153,26 @@ impl std::fmt::Debug for EncodeOptions<'_> {
 
 /// A SEED4 or SEED4P4 weight of logical shape `[slices, rows, columns]`: `seeds` and the
 /// coefficient stream (U16 `[slices, rows, columns / 8]`), `exp_bias` (I32 `[slices]`) and, for
-/// SEED4P4, `codes` (U8 `[slices, rows, columns / 16]`).
+/// SEED4P4, `codes` (U8 `[slices, rows, columns / 16]`), on the host or, placed with
+/// [`SeedWeight::place`], on a device with the streams still packed.
 #[derive(Clone, Debug)]
-pub struct SeedWeight {
+pub struct SeedWeight<D: Device = Host> {
     /// The encoding.
     pub encoding: SeedEncoding,
     /// One LFSR seed per block.
-    pub seeds: Tensor,
+    pub seeds: Tensor<D>,
     /// `nibbles` (SEED4: exponent code and 3 coefficients) or `coefs` (SEED4P4: 4
     /// coefficients), one word per block.
-    pub coefficients: Tensor,
+    pub coefficients: Tensor<D>,
     /// The exponent bias of each slice.
-    pub exp_bias: Tensor,
+    pub exp_bias: Tensor<D>,
     /// SEED4P4 only: the exponent codes, two per byte, low nibble first.
-    pub codes: Option<Tensor>,
+    pub codes: Option<Tensor<D>>,
 }
 
-impl SeedWeight {
-    /// Puts the streams together, checking every dtype and shape before any value is read.
+impl<D: Device> SeedWeight<D> {
+    /// Puts the streams together, checking every dtype and shape before any value is read
+    /// (only dtypes and shapes are, so the streams may live on any device).
     ///
     /// # Errors
     /// [`Error::QuantStream`] naming the stream that does not fit (`seeds` must be U16 of rank
@@ -178,11 +180,11 @@ impl SeedWeight {
     /// logical shape `[slices, rows, blocks * 8]` cannot be counted.
     pub fn new(
         encoding: SeedEncoding,
-        seeds: Tensor,
-        coefficients: Tensor,
-        exp_bias: Tensor,
-        codes: Option<Tensor>,
-    ) -> Result<SeedWeight> {
+        seeds: Tensor<D>,
+        coefficients: Tensor<D>,
+        exp_bias: Tensor<D>,
+        codes: Option<Tensor<D>>,
+    ) -> Result<SeedWeight<D>> {
         let shape = match seeds.shape() {
             [slices, rows, blocks] => [*slices, *rows, *blocks],
             other => {
@@ -235,6 +237,17 @@ impl SeedWeight {
             [slices, rows, blocks] => [slices, rows, blocks.saturating_mul(BLOCK)],
             _ => [0, 0, 0],
         }
+    }
+}
+
+impl SeedWeight {
+    /// This weight on the device `to`, each stream as it is (U16, I32 and U8), so that the
+    /// device decodes the blocks (see `SeedWeight<Gpu>::decode`).
+    ///
+    /// # Errors
+    /// The device's error when a stream cannot be moved.
+    pub fn place<To: Device>(&self, to: &To) -> Result<SeedWeight<To>> {
+        self.place_with(&mut Placer::new(to))
     }
 
     /// The decoded weight, BF16 `[slices, rows, columns]`, equal bit for bit to the reference
@@ -338,6 +351,20 @@ impl SeedWeight {
             Tensor::from_vec(exp_bias, &[slices])?,
             codes,
         )
+    }
+}
+
+impl<To: Device> Place<To> for SeedWeight {
+    type Placed = SeedWeight<To>;
+
+    fn place_with(&self, placer: &mut Placer<'_, To>) -> Result<SeedWeight<To>> {
+        Ok(SeedWeight {
+            encoding: self.encoding,
+            seeds: placer.tensor(&self.seeds)?,
+            coefficients: placer.tensor(&self.coefficients)?,
+            exp_bias: placer.tensor(&self.exp_bias)?,
+            codes: self.codes.as_ref().map(|codes| placer.tensor(codes)).transpose()?,
+        })
     }
 }
 
