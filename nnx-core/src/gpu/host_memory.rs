@@ -55,8 +55,20 @@ impl HostImport {
     }
 }
 
-/// The buffer usages of an imported buffer: read by kernels and copied from, never written.
-pub(crate) const IMPORTED_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC);
+/// The descriptor of an imported buffer of `span` bytes: read by kernels and copied from, never
+/// written.
+#[cfg_attr(
+    not(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd", target_vendor = "apple")),
+    allow(dead_code)
+)]
+fn descriptor(span: u64) -> wgpu::BufferDescriptor<'static> {
+    wgpu::BufferDescriptor {
+        label: Some("zero-copy"),
+        size: span,
+        usage: wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC),
+        mapped_at_creation: false,
+    }
+}
 
 #[cfg(any(windows, target_os = "linux", target_os = "android", target_os = "freebsd"))]
 pub(crate) mod vulkan {
@@ -67,7 +79,7 @@ pub(crate) mod vulkan {
     use ash::{ext, vk};
     use wgpu::hal::api::Vulkan;
 
-    use super::{HostImport, IMPORTED_USAGE, Keep};
+    use super::{HostImport, Keep};
 
     const HOST: vk::ExternalMemoryHandleTypeFlags = vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
 
@@ -214,12 +226,7 @@ pub(crate) mod vulkan {
             // it drops the buffer; the buffer is never mapped by wgpu.
             unsafe { wgpu::hal::vulkan::Buffer::from_raw_externally_owned(buffer, release) }
         };
-        let descriptor = wgpu::BufferDescriptor {
-            label: Some("zero-copy"),
-            size: span,
-            usage: IMPORTED_USAGE,
-            mapped_at_creation: false,
-        };
+        let descriptor = super::descriptor(span);
         // SAFETY: the buffer was created on this device with usages covering the descriptor's,
         // its memory is bound and holds the file's bytes (initialized), and its size is not 0.
         Some(unsafe { device.create_buffer_from_hal::<Vulkan>(hal_buffer, &descriptor) })
@@ -238,7 +245,7 @@ pub(crate) mod metal {
     use objc2_metal::{MTLDevice, MTLResourceOptions};
     use wgpu::hal::api::Metal;
 
-    use super::{IMPORTED_USAGE, Keep};
+    use super::Keep;
 
     /// The VM page size no-copy buffers are aligned to (16 KiB on Apple silicon).
     pub(crate) fn page_size() -> u64 {
@@ -287,12 +294,7 @@ pub(crate) mod metal {
             // SAFETY: the buffer was made by this device and is `span` bytes long.
             unsafe { wgpu::hal::metal::Device::buffer_from_raw(raw, span) }
         };
-        let descriptor = wgpu::BufferDescriptor {
-            label: Some("zero-copy"),
-            size: span,
-            usage: IMPORTED_USAGE,
-            mapped_at_creation: false,
-        };
+        let descriptor = super::descriptor(span);
         // SAFETY: the buffer belongs to this device, holds the file's bytes and is not empty.
         Some(unsafe { device.create_buffer_from_hal::<Metal>(hal_buffer, &descriptor) })
     }
