@@ -229,7 +229,13 @@ impl QuantizedLinear {
         let (k, n) = (self.in_features(), self.out_features());
         let (values, m) = input("QuantizedLinear::forward", x, k, &[n, k])?;
         let decoder = affine.decoder()?;
-        let y = fused_matmul(&values, m, k, n, |first, count, out| decoder.rows(first, count, out));
+        // One row (a token being decoded) multiplies the packed values directly.
+        let y = match (m, n) {
+            (1, 1..) => decoder.gemv(&values),
+            _ => None,
+        };
+        let y =
+            y.unwrap_or_else(|| fused_matmul(&values, m, k, n, |first, count, out| decoder.rows(first, count, out)));
         output(x, y, self.bias.as_ref(), n)
     }
 }

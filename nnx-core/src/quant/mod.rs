@@ -17,6 +17,8 @@
 
 mod affine;
 #[cfg(feature = "kernels")]
+mod gemv;
+#[cfg(feature = "kernels")]
 mod linear;
 #[cfg(feature = "kernels")]
 mod matmul;
