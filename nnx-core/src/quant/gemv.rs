@@ -139,6 +139,80 @@ mod avx2 {
         out
     }
 
+    /// `x` reordered for [`seed_row`]: within each block of 8, the order in which the
+    /// horizontal add leaves the values (0, 1, 4, 5, 2, 3, 6, 7).
+    pub(super) fn seed_order(x: &[f32]) -> Vec<f32> {
+        x.chunks_exact(8).flat_map(|block| [0, 1, 4, 5, 2, 3, 6, 7].map(|at| block[at])).collect()
+    }
+
+    /// One output value of a SEED weight: per block, the basis rows from the table times the
+    /// coefficients (`madd` of i16 pairs, then a horizontal add: the decoder's exact integer
+    /// sums), times the block's scale, rounded to bf16 in integer arithmetic, times `x`.
+    pub(super) fn seed_row(slice: &super::SeedSlice<'_>, table: &[[i16; 32]], row: usize, x: &[f32]) -> f32 {
+        // SAFETY: callers check `available` first.
+        unsafe { seed_row_avx2(slice, table, row, x) }
+    }
+
+    /// Blocks ahead whose basis rows are fetched early.
+    const PREFETCH: usize = 16;
+
+    #[target_feature(enable = "avx2,fma")]
+    fn seed_row_avx2(slice: &super::SeedSlice<'_>, table: &[[i16; 32]], row: usize, x: &[f32]) -> f32 {
+        use crate::quant::seed::{block_scale, nibble};
+        let first = slice.first_block + row * slice.blocks;
+        let seeds = &slice.seeds[first..first + slice.blocks];
+        let words = &slice.words[first..first + slice.blocks];
+        assert_eq!(x.len(), slice.blocks * 8, "one x value per weight column");
+        let round = _mm256_set1_epi32(0x7fff);
+        let one = _mm256_set1_epi32(1);
+        let keep = _mm256_set1_epi32(0xffff_0000_u32 as i32);
+        let mut a = _mm256_setzero_ps();
+        let mut b = _mm256_setzero_ps();
+        for (j, (&seed, &word)) in seeds.iter().zip(words).enumerate() {
+            // The basis rows are scattered over the table: ask for a later block's early.
+            if let Some(&later) = seeds.get(j + PREFETCH) {
+                let later = table[usize::from(later)].as_ptr().cast::<i8>();
+                _mm_prefetch::<_MM_HINT_T0>(later);
+            }
+            let word = u32::from(word);
+            let (q, code) = if slice.coefficients == 3 {
+                ([nibble(word, 4), nibble(word, 8), nibble(word, 12), 0], word & 0xf)
+            } else {
+                let g = first + j;
+                let code = u32::from(slice.codes[g / 2] >> (4 * (g % 2))) & 0xf;
+                ([nibble(word, 0), nibble(word, 4), nibble(word, 8), nibble(word, 12)], code)
+            };
+            let packed =
+                q.iter().enumerate().fold(0u64, |packed, (p, &q)| packed | (u64::from(q as i16 as u16) << (16 * p)));
+            let scale = block_scale(slice.exp_bias + code as i32);
+            let basis = &table[usize::from(seed)];
+            // SAFETY: `basis` holds 32 i16 (two 256-bit loads) and `x` 8 values at `8 j`
+            // (asserted above); the loads are unaligned.
+            unsafe {
+                let q = _mm256_set1_epi64x(packed as i64);
+                let low = _mm256_madd_epi16(_mm256_loadu_si256(basis.as_ptr().cast::<__m256i>()), q);
+                let high = _mm256_madd_epi16(_mm256_loadu_si256(basis.as_ptr().add(16).cast::<__m256i>()), q);
+                let sums = _mm256_hadd_epi32(low, high);
+                let values = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(scale));
+                // Round to bf16, ties to even: add 0x7fff plus the lowest kept bit, then clear
+                // the low half (the values are finite: the exponent is in the normal range).
+                let bits = _mm256_castps_si256(values);
+                let lowest = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), one);
+                let rounded = _mm256_and_si256(_mm256_add_epi32(bits, _mm256_add_epi32(round, lowest)), keep);
+                let x = _mm256_loadu_ps(x.as_ptr().add(8 * j));
+                if j % 2 == 0 {
+                    a = _mm256_fmadd_ps(_mm256_castsi256_ps(rounded), x, a);
+                } else {
+                    b = _mm256_fmadd_ps(_mm256_castsi256_ps(rounded), x, b);
+                }
+            }
+        }
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` holds 8 f32.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(a, b)) };
+        lanes.iter().sum()
+    }
+
     /// One output value of a 4-bit weight whose groups are multiples of 64 values: 8 words at
     /// a time are split into low and high nibbles with two masks, widened 8 bytes at a time and
     /// multiplied with `x` in [`nibble_order`]; the scale multiplies each group's sum in a
@@ -223,6 +297,75 @@ mod avx2 {
     }
 }
 
+/// The streams of one slice of a SEED weight, for [`seed_gemv`].
+pub(crate) struct SeedSlice<'a> {
+    /// Coefficients per block: 3 (SEED4) or 4 (SEED4P4).
+    pub(crate) coefficients: usize,
+    /// All seeds and coefficient words of the weight.
+    pub(crate) seeds: &'a [u16],
+    pub(crate) words: &'a [u16],
+    /// SEED4P4's exponent codes, two per byte.
+    pub(crate) codes: &'a [u8],
+    /// The first block of the slice, its rows and blocks per row.
+    pub(crate) first_block: usize,
+    pub(crate) rows: usize,
+    pub(crate) blocks: usize,
+    /// The slice's exponent bias.
+    pub(crate) exp_bias: i32,
+}
+
+/// `y = W x` for one slice of a SEED4 or SEED4P4 weight, each block's 8 values decoded in a
+/// register exactly as [`super::SeedWeight::decode`] decodes them (the same integer sums, the
+/// same f32 product and bf16 rounding) and multiplied with `x` there. `None` where the AVX2
+/// kernel does not apply (no AVX2, or exponents outside the normal range); the caller then
+/// decodes rows into memory.
+pub(crate) fn seed_gemv(slice: &SeedSlice<'_>, x: &[f32]) -> Option<Vec<f32>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let normal = slice.exp_bias >= -126 && slice.exp_bias <= 127 - 15;
+        if !avx2::available() || !normal || x.len() != slice.blocks * super::seed::BLOCK {
+            return None;
+        }
+        let table = seed_table(slice.coefficients);
+        let x = avx2::seed_order(x);
+        let mut y = vec![0f32; slice.rows];
+        y.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(task, out)| {
+            for (at, value) in out.iter_mut().enumerate() {
+                *value = avx2::seed_row(slice, table, task * ROWS_PER_TASK + at, &x);
+            }
+        });
+        Some(y)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (slice, x);
+        None
+    }
+}
+
+/// For every seed, its block's basis as i16 `(state - 32768)`, 8 rows of 4 coefficients
+/// (zero past `coefficients`): the LFSR runs once per seed, not once per block.
+fn seed_table(coefficients: usize) -> &'static [[i16; 32]] {
+    use std::sync::OnceLock;
+    static TABLES: [OnceLock<Vec<[i16; 32]>>; 2] = [OnceLock::new(), OnceLock::new()];
+    let build = || {
+        (0..=u16::MAX)
+            .map(|seed| {
+                let bits = super::seed::sequence_bits(seed);
+                std::array::from_fn(|at| {
+                    let (c, p) = (at / 4, at % 4);
+                    if p < coefficients {
+                        (((bits >> (c * coefficients + p + 1)) & 0xffff) as i32 - 32768) as i16
+                    } else {
+                        0
+                    }
+                })
+            })
+            .collect()
+    };
+    TABLES[usize::from(coefficients == 4)].get_or_init(build)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +407,54 @@ mod tests {
             }
         }
         assert!(affine_gemv(3, 64, &[], &[], &[], &[0.0; 64]).is_none());
+    }
+
+    #[test]
+    fn seed_products_use_the_decoded_weight() {
+        use crate::quant::{SeedEncoding, SeedLinear, SeedWeight};
+        let (slices, rows, columns) = (2, 19, 96);
+        let blocks = columns / 8;
+        let count = slices * rows * blocks;
+        let seeds: Vec<u16> = (0..count).map(|i| (i as u16).wrapping_mul(40503).max(1)).collect();
+        let words: Vec<u16> = (0..count).map(|i| (i as u16).wrapping_mul(25173).wrapping_add(13849)).collect();
+        let codes: Vec<u8> = (0..count / 2).map(|i| (i as u8).wrapping_mul(37)).collect();
+        let x: Vec<f32> = (0..columns).map(|i| ((i * 13) % 23) as f32 / 11.0 - 1.0).collect();
+        let input = Tensor::from_vec(x.clone(), &[1, columns]).unwrap();
+        for encoding in [SeedEncoding::Seed4, SeedEncoding::Seed4P4] {
+            // A normal exponent range (the register kernel) and one past it (decoding rows).
+            for bias in [-20, -140, 100] {
+                let weight = SeedWeight::new(
+                    encoding,
+                    Tensor::from_vec(seeds.clone(), &[slices, rows, blocks]).unwrap(),
+                    Tensor::from_vec(words.clone(), &[slices, rows, blocks]).unwrap(),
+                    Tensor::from_vec(vec![bias, bias + 3], &[slices]).unwrap(),
+                    (encoding == SeedEncoding::Seed4P4)
+                        .then(|| Tensor::from_vec(codes.clone(), &[slices, rows, blocks / 2]).unwrap()),
+                )
+                .unwrap();
+                let dense = weight.decode().unwrap().to_vec::<half::bf16>().unwrap();
+                let layer = SeedLinear::new(weight, None).unwrap();
+                for slice in 0..slices {
+                    let y = layer.forward_slice(&input, slice).unwrap().to_vec::<f32>().unwrap();
+                    for (row, &value) in y.iter().enumerate() {
+                        let at = (slice * rows + row) * columns;
+                        let expected: f64 = dense[at..at + columns]
+                            .iter()
+                            .zip(&x)
+                            .map(|(w, x)| f64::from(w.to_f32()) * f64::from(*x))
+                            .sum();
+                        let scale: f64 = dense[at..at + columns]
+                            .iter()
+                            .zip(&x)
+                            .map(|(w, x)| f64::from((w.to_f32() * x).abs()))
+                            .sum();
+                        assert!(
+                            (f64::from(value) - expected).abs() <= 1e-5 * (1.0 + scale),
+                            "{encoding:?} bias {bias} slice {slice} row {row}: {value} vs {expected}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

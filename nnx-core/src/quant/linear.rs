@@ -370,9 +370,19 @@ impl SeedLinear {
         check_slice(slice, shape)?;
         let (k, n) = (shape[2], shape[1]);
         let (values, m) = input("SeedLinear::forward", x, k, &[n, k])?;
-        let decoder = self.weight.decoder()?;
-        debug_assert_eq!(decoder.columns(), k);
-        let y = fused_matmul(&values, m, k, n, |first, count, out| decoder.rows(slice * n + first, count, out));
+        // One row (a token being decoded) decodes each block in registers.
+        let y = match m {
+            1 => self.weight.gemv(slice, &values)?,
+            _ => None,
+        };
+        let y = match y {
+            Some(y) => y,
+            None => {
+                let decoder = self.weight.decoder()?;
+                debug_assert_eq!(decoder.columns(), k);
+                fused_matmul(&values, m, k, n, |first, count, out| decoder.rows(slice * n + first, count, out))
+            }
+        };
         output(x, y, self.bias.as_ref(), n)
     }
 }

@@ -49,7 +49,7 @@ pub fn lfsr_states(seed: u16, count: usize) -> Vec<u16> {
 /// the state after `k` steps, for `k` up to 32. Each round derives four new bits at once: the
 /// new bit `16 + i` is the xor of bits `i`, `i + 1`, `i + 3` and `i + 12`.
 #[inline(always)]
-fn sequence_bits(seed: u16) -> u64 {
+pub(crate) fn sequence_bits(seed: u16) -> u64 {
     let mut bits = u64::from(seed);
     let mut known = 16;
     while known < 48 {
@@ -62,7 +62,7 @@ fn sequence_bits(seed: u16) -> u64 {
 
 /// `R32 * 2^exponent` in f32, exact for exponents in the normal range.
 #[inline(always)]
-fn block_scale(exponent: i32) -> f32 {
+pub(crate) fn block_scale(exponent: i32) -> f32 {
     let power = if (-126..=127).contains(&exponent) {
         f32::from_bits(((exponent + 127) as u32) << 23)
     } else {
@@ -73,7 +73,7 @@ fn block_scale(exponent: i32) -> f32 {
 
 /// Sign-extends a 4-bit two's-complement nibble.
 #[inline(always)]
-fn nibble(word: u32, shift: u32) -> i32 {
+pub(crate) fn nibble(word: u32, shift: u32) -> i32 {
     (((word >> shift) & 0xf) as i32) << 28 >> 28
 }
 
@@ -261,6 +261,43 @@ impl SeedWeight {
         let mut out = vec![0f32; checked_len(&shape).unwrap_or(0)];
         decoder.rows(0, shape[0].saturating_mul(shape[1]), &mut out);
         f32_tensor(out, &shape)?.to_dtype(DType::BF16)
+    }
+
+    /// `W_s x` for slice `s` and one input row, decoding blocks in registers; `None` where
+    /// that kernel does not apply.
+    ///
+    /// # Errors
+    /// [`Error::Meta`] when a stream has no data.
+    #[cfg(feature = "kernels")]
+    pub(crate) fn gemv(&self, slice: usize, x: &[f32]) -> Result<Option<Vec<f32>>> {
+        let [_, rows, columns] = self.shape();
+        let (seeds, words, exp_bias) =
+            (self.seeds.contiguous(), self.coefficients.contiguous(), self.exp_bias.to_vec::<i32>()?);
+        let codes = self.codes.as_ref().map(|codes| codes.contiguous());
+        let (Some(seeds), Some(words)) = (seeds.as_slice::<u16>()?, words.as_slice::<u16>()?) else {
+            return Ok(None);
+        };
+        let codes = match &codes {
+            Some(codes) => match codes.as_slice::<u8>()? {
+                Some(codes) => codes,
+                None => return Ok(None),
+            },
+            None => &[],
+        };
+        let blocks = columns / BLOCK;
+        Ok(super::gemv::seed_gemv(
+            &super::gemv::SeedSlice {
+                coefficients: self.encoding.coefficients(),
+                seeds,
+                words,
+                codes,
+                first_block: slice * rows * blocks,
+                rows,
+                blocks,
+                exp_bias: exp_bias[slice],
+            },
+            x,
+        ))
     }
 
     /// Reads the streams for row-wise decoding.
