@@ -247,12 +247,20 @@ pub(crate) struct AffineDecoder {
 }
 
 impl AffineDecoder {
-    /// `W x` for one input row `x` straight from the packed words (2, 4 and 8 bits; `None` for
-    /// the widths whose values straddle words, which take the decoding product).
+    /// `W x` for one input row `x` straight from the packed words; `None` where the decoding
+    /// product is used instead (see `gemv`).
     #[cfg(feature = "kernels")]
     pub(crate) fn gemv(&self, x: &[f32]) -> Option<Vec<f32>> {
         let words = self.weight.as_slice::<u32>().ok().flatten()?;
-        super::gemv::affine_gemv(self.spec.bits, self.spec.group_size, words, &self.scales, &self.biases, x)
+        super::gemv::affine_gemv(
+            self.spec.bits,
+            self.spec.group_size,
+            self.rounding,
+            words,
+            &self.scales,
+            &self.biases,
+            x,
+        )
     }
 
     /// Dequantizes rows `first..first + count` into `out` (`count * columns` values), in

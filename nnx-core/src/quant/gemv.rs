@@ -1,12 +1,15 @@
-//! Matrix-vector products straight from MLX affine words, the product of one token in a
-//! decode loop: `y_r = sum_g scale_g * (sum_i q_i x_i) + bias_g * (sum_i x_i)`, as MLX's own
-//! `qmv` computes it. Each packed value is unpacked into a register and multiplied once; the
-//! float weight is never written, so the product reads a fraction of the bytes an f32 weight
-//! takes.
+//! Matrix-vector products straight from packed weights, the product of one token in a decode
+//! loop: each packed value is unpacked into a register and multiplied once, and the float
+//! weight is never written, so the product reads a fraction of the bytes an f32 weight takes.
 //!
-//! The sums use the unrounded `scale * q + bias`, not the weight [`super::AffineWeight::dequantize`]
-//! rounds to the scales' dtype: the difference is that rounding, well inside the tolerance of
-//! a product.
+//! - MLX affine with f32 scales: `y_r = sum_g scale_g * (sum_i q_i x_i) + bias_g * (sum_i x_i)`,
+//!   as MLX's own `qmv` computes it; it differs from the dequantized weight's product only by
+//!   f32 rounding.
+//! - MLX affine with bf16 scales (4 bits): every value is rounded as the dequantized weight is,
+//!   `bf16(bf16(q * scale) + bias)`, so one row's product uses the same weights as a batch's.
+//!   Other widths and f16 scales take the decoding product.
+//! - SEED4 and SEED4P4: each block's values are decoded in a register bit for bit as the
+//!   decoder does.
 
 use rayon::prelude::*;
 
@@ -19,6 +22,7 @@ const ROWS_PER_TASK: usize = 16;
 pub(crate) fn affine_gemv(
     bits: u32,
     group: usize,
+    rounding: super::Rounding,
     words: &[u32],
     scales: &[f32],
     biases: &[f32],
@@ -34,9 +38,15 @@ pub(crate) fn affine_gemv(
     let x_sums: Vec<f32> = x.chunks_exact(group).map(|chunk| chunk.iter().sum()).collect();
     let row_words = columns * bits as usize / 32;
     let mut y = vec![0f32; rows];
+    let bf16 = match rounding {
+        super::Rounding::F32 => false,
+        super::Rounding::BF16 => true,
+        super::Rounding::F16 => return None,
+    };
     #[cfg(target_arch = "x86_64")]
     if bits == 4 && group.is_multiple_of(64) && avx2::available() {
         let x = avx2::nibble_order(x);
+        let kernel = if bf16 { avx2::q4_row::<true> } else { avx2::q4_row::<false> };
         y.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(task, out)| {
             let first = task * ROWS_PER_TASK;
             for (at, value) in out.iter_mut().enumerate() {
@@ -44,10 +54,13 @@ pub(crate) fn affine_gemv(
                 let words = &words[row * row_words..(row + 1) * row_words];
                 let scales = &scales[row * groups..(row + 1) * groups];
                 let biases = &biases[row * groups..(row + 1) * groups];
-                *value = avx2::q4_row(group, words, scales, biases, &x, &x_sums);
+                *value = kernel(group, words, scales, biases, &x, &x_sums);
             }
         });
         return Some(y);
+    }
+    if bf16 {
+        return None;
     }
     let kernel = select(bits)?;
     y.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(task, out)| {
@@ -217,7 +230,10 @@ mod avx2 {
     /// a time are split into low and high nibbles with two masks, widened 8 bytes at a time and
     /// multiplied with `x` in [`nibble_order`]; the scale multiplies each group's sum in a
     /// register, and the sum across lanes is taken once per row.
-    pub(super) fn q4_row(
+    ///
+    /// With `BF16`, each value is rounded as the dequantized bf16 weight is instead,
+    /// `bf16(bf16(q * scale) + bias)`, and the bias is added per value.
+    pub(super) fn q4_row<const BF16: bool>(
         group: usize,
         words: &[u32],
         scales: &[f32],
@@ -226,11 +242,33 @@ mod avx2 {
         x_sums: &[f32],
     ) -> f32 {
         // SAFETY: callers check `available` first.
-        unsafe { q4_row_avx2(group, words, scales, biases, x, x_sums) }
+        unsafe { q4_row_avx2::<BF16>(group, words, scales, biases, x, x_sums) }
+    }
+
+    /// Rounds finite f32 lanes to bf16, ties to even.
+    #[target_feature(enable = "avx2")]
+    fn round_bf16(values: __m256) -> __m256 {
+        let bits = _mm256_castps_si256(values);
+        let lowest = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), _mm256_set1_epi32(1));
+        let added = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lowest));
+        _mm256_castsi256_ps(_mm256_and_si256(added, _mm256_set1_epi32(0xffff_0000_u32 as i32)))
+    }
+
+    /// The weights of 8 packed values: their values as f32, or with `BF16` the bf16 weights.
+    #[target_feature(enable = "avx2")]
+    fn weight<const BF16: bool>(values: __m256, scale: __m256, bias: __m256) -> __m256 {
+        if BF16 { round_bf16(_mm256_add_ps(round_bf16(_mm256_mul_ps(values, scale)), bias)) } else { values }
     }
 
     #[target_feature(enable = "avx2,fma")]
-    fn q4_row_avx2(group: usize, words: &[u32], scales: &[f32], biases: &[f32], x: &[f32], x_sums: &[f32]) -> f32 {
+    fn q4_row_avx2<const BF16: bool>(
+        group: usize,
+        words: &[u32],
+        scales: &[f32],
+        biases: &[f32],
+        x: &[f32],
+        x_sums: &[f32],
+    ) -> f32 {
         let runs = group / 64;
         assert!(words.len() == scales.len() * runs * 8 && x.len() == scales.len() * group, "whole groups");
         let mask = _mm256_set1_epi8(0x0f);
@@ -239,6 +277,7 @@ mod avx2 {
         for (g, ((&scale, &bias), &x_sum)) in scales.iter().zip(biases).zip(x_sums).enumerate() {
             let mut a = _mm256_setzero_ps();
             let mut b = _mm256_setzero_ps();
+            let (scale_lanes, bias_lanes) = (_mm256_set1_ps(scale), _mm256_set1_ps(bias));
             for run in 0..runs {
                 let at = g * runs + run;
                 // SAFETY: the assert above keeps words `8 at..8 at + 8` and values
@@ -254,7 +293,9 @@ mod avx2 {
                         let low = _mm256_castsi256_si128(*nibbles);
                         let high = _mm256_extracti128_si256::<1>(*nibbles);
                         let x = x.add(half * 32);
-                        let widen = |bytes: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+                        let widen = |bytes: __m128i| {
+                            weight::<BF16>(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), scale_lanes, bias_lanes)
+                        };
                         a = _mm256_fmadd_ps(widen(low), _mm256_loadu_ps(x), a);
                         b = _mm256_fmadd_ps(widen(_mm_srli_si128::<8>(low)), _mm256_loadu_ps(x.add(8)), b);
                         a = _mm256_fmadd_ps(widen(high), _mm256_loadu_ps(x.add(16)), a);
@@ -262,8 +303,12 @@ mod avx2 {
                     }
                 }
             }
-            sums = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_add_ps(a, b), sums);
-            biased += bias * x_sum;
+            if BF16 {
+                sums = _mm256_add_ps(_mm256_add_ps(a, b), sums);
+            } else {
+                sums = _mm256_fmadd_ps(scale_lanes, _mm256_add_ps(a, b), sums);
+                biased += bias * x_sum;
+            }
         }
         let mut lanes = [0f32; 8];
         // SAFETY: `lanes` holds 8 f32.
@@ -370,7 +415,7 @@ fn seed_table(coefficients: usize) -> &'static [[i16; 32]] {
 mod tests {
     use super::*;
     use crate::Tensor;
-    use crate::quant::{AffineSpec, AffineWeight};
+    use crate::quant::{AffineSpec, AffineWeight, Rounding};
 
     #[test]
     fn products_equal_the_dequantized_weight_times_x() {
@@ -384,7 +429,7 @@ mod tests {
                 let dense = weight.dequantize().unwrap().to_vec::<f32>().unwrap();
                 let words = weight.weight.to_vec::<u32>().unwrap();
                 let (scales, biases) = (weight.scales.to_vec::<f32>().unwrap(), weight.biases.to_vec::<f32>().unwrap());
-                let y = affine_gemv(bits, group, &words, &scales, &biases, &x).unwrap();
+                let y = affine_gemv(bits, group, Rounding::F32, &words, &scales, &biases, &x).unwrap();
                 for (row, &value) in y.iter().enumerate() {
                     let expected: f32 =
                         dense[row * columns..(row + 1) * columns].iter().zip(&x).map(|(w, x)| w * x).sum();
@@ -406,7 +451,34 @@ mod tests {
                 assert!((first - y[0]).abs() <= 1e-5 * (1.0 + first.abs()));
             }
         }
-        assert!(affine_gemv(3, 64, &[], &[], &[], &[0.0; 64]).is_none());
+        assert!(affine_gemv(3, 64, Rounding::F32, &[], &[], &[], &[0.0; 64]).is_none());
+    }
+
+    #[test]
+    fn one_row_products_use_the_dequantized_weight_for_every_scale_dtype() {
+        use crate::quant::QuantizedLinear;
+        let (rows, columns) = (29, 384);
+        let values: Vec<f32> = (0..rows * columns).map(|i| ((i * 7919) % 991) as f32 / 400.0 - 1.2).collect();
+        let x: Vec<f32> = (0..columns).map(|i| ((i * 37) % 19) as f32 / 9.0 - 1.0).collect();
+        let input = Tensor::from_vec(x.clone(), &[1, columns]).unwrap();
+        for dtype in [crate::DType::F32, crate::DType::BF16, crate::DType::F16] {
+            let source = Tensor::from_vec(values.clone(), &[rows, columns]).unwrap().to_dtype(dtype).unwrap();
+            for (bits, group) in [(4, 64), (4, 128), (4, 32), (2, 64), (8, 128), (3, 64)] {
+                let weight = AffineWeight::quantize(&source, AffineSpec::new(bits, group).unwrap()).unwrap();
+                let dense = weight.dequantize().unwrap().to_f32_vec().unwrap();
+                let layer = QuantizedLinear::new(weight, None).unwrap();
+                let y = layer.forward(&input).unwrap().to_vec::<f32>().unwrap();
+                for (row, &value) in y.iter().enumerate() {
+                    let products = dense[row * columns..(row + 1) * columns].iter().zip(&x);
+                    let expected: f64 = products.clone().map(|(w, x)| f64::from(*w) * f64::from(*x)).sum();
+                    let scale: f64 = products.map(|(w, x)| f64::from((w * x).abs())).sum();
+                    assert!(
+                        (f64::from(value) - expected).abs() <= 2e-6 * (1.0 + scale),
+                        "{dtype:?} Q{bits} g{group} row {row}: {value} vs {expected}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
