@@ -1,21 +1,30 @@
 //! GPT-2: import a Hugging Face folder (fused `c_attn`, Conv1D layout, `lm_head` tied to the
-//! token embedding) into a meta model, run the forward pass and decode greedily.
+//! token embedding) into a meta model and generate text, streamed as it comes.
 //!
 //! ```text
-//! cargo run --release --example gpt2 -- [--model DIR] [--ids 3,14,15] [--steps 8]
+//! cargo run --release --example gpt2 -- [--model DIR] [--prompt TEXT | --ids 3,14,15]
+//!     [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]
+//!     [--repetition-penalty R] [--seed S] [--stop TEXT]... [--device cpu|gpu] [--json]
 //! ```
 //!
-//! `DIR` defaults to the tiny GPT-2 of the test fixtures (`tests/fixtures`).
+//! `DIR` defaults to the tiny GPT-2 of the test fixtures (`tests/fixtures`), whose
+//! `tokenizer.json` is a small byte-level BPE (`scripts/make_tokenizers.py`). Without
+//! `--temperature`, `--top-k` or `--top-p` decoding is greedy, unless the folder's
+//! `generation_config.json` samples. Prefill and decode speeds go to stderr; `--json` prints
+//! `{"prompt_ids", "generated_ids", "prefill_tokens_per_s", "decode_tokens_per_s", "text"}`.
 
 #[path = "common/causal_lm.rs"]
 mod causal_lm;
+
+use std::process::ExitCode;
 
 use nnx::DType;
 use nnx::models::gpt2::{Gpt2, Gpt2Config};
 use nnx::nn::Init;
 
-fn main() -> nnx::Result<()> {
-    let run = causal_lm::Run::from_args("gpt2-tiny", &[3, 14, 15, 92, 65, 35, 89, 79, 32, 38]);
-    let config = Gpt2Config::from_file(run.folder.join("config.json"))?;
-    run.run(Gpt2::new(&config, DType::F32, Init::Meta))
+fn main() -> ExitCode {
+    causal_lm::main("gpt2-tiny", &[3, 14, 15, 92, 65, 35, 89, 79, 32, 38], |folder| {
+        let config = Gpt2Config::from_file(folder.join("config.json"))?;
+        Ok(Gpt2::new(&config, DType::F32, Init::Meta))
+    })
 }

@@ -30,6 +30,8 @@
 extern crate self as nnx;
 
 #[cfg(feature = "kernels")]
+pub mod generate;
+#[cfg(feature = "kernels")]
 pub mod models;
 #[cfg(feature = "kernels")]
 mod pretrained;

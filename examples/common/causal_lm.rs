@@ -1,66 +1,244 @@
 //! What the GPT-2 and Llama examples share: the command line, importing a Hugging Face folder
-//! into a meta model, one forward pass and greedy decoding.
+//! into a meta model, and generating from a text prompt (or token ids) on the CPU or a GPU,
+//! streaming the text as the tokens arrive.
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+use nnx::generate::{GenerationConfig, Generator, Sampling, TextStream, Tokenizer};
 use nnx::models::CausalLm;
-use nnx::{Archive, Module};
+use nnx::{Archive, Host, Module};
 
 /// The command line of the causal language model examples.
 #[derive(Parser)]
 pub struct Args {
-    /// A folder with `config.json` and `model.safetensors` (default: the example's fixture).
+    /// A folder with `config.json`, `model.safetensors` and, for text, `tokenizer.json`
+    /// (default: the example's fixture).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Prompt token ids, comma-separated.
+    /// The prompt, encoded with the folder's `tokenizer.json`.
+    #[arg(long, conflicts_with = "ids")]
+    pub prompt: Option<String>,
+    /// The prompt as token ids, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub ids: Vec<u32>,
-    /// Tokens to generate.
-    #[arg(long, default_value_t = 8)]
-    pub steps: usize,
+    /// Tokens to generate (default: the folder's `generation_config.json`, else 32).
+    #[arg(long, visible_alias = "steps")]
+    pub max_new_tokens: Option<usize>,
+    /// Draw tokens at this temperature; 0 chooses the most likely token (greedy).
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// Draw among the K most likely tokens only.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Draw among the most likely tokens whose probability reaches P only.
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// Penalise tokens already in the text (1 is none).
+    #[arg(long)]
+    pub repetition_penalty: Option<f32>,
+    /// The seed of the draws.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop once the generated text contains this string (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Where the model computes.
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
+    /// The GPU adapter, in the order of `nnx::Gpu::adapters` (with `--device gpu`).
+    #[arg(long, default_value_t = 0)]
+    pub gpu_index: usize,
+    /// Print one JSON object (prompt and generated ids, tokens per second) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
-/// The model folder and prompt of one run, with an example's defaults filled in.
-pub struct Run {
-    /// The model folder.
-    pub folder: PathBuf,
-    /// Prompt token ids.
-    pub ids: Vec<u32>,
-    /// Tokens to generate.
-    pub steps: usize,
+/// Where the model computes.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    /// nnx's CPU kernels.
+    Cpu,
+    /// A wgpu adapter (`--gpu-index`).
+    Gpu,
 }
 
-impl Run {
-    /// Parses the command line; `fixture` (a folder of the repository's test fixtures) and `ids` stand in
-    /// for what it leaves out.
-    pub fn from_args(fixture: &str, ids: &[u32]) -> Run {
-        let args = Args::parse();
-        let default = || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(fixture);
-        Run {
-            folder: args.model.unwrap_or_else(default),
-            ids: if args.ids.is_empty() { ids.to_vec() } else { args.ids },
-            steps: args.steps,
+/// Parses the command line and runs `build` (which makes the meta model of a folder) and the
+/// generation, reporting an error on stderr with exit code 1.
+pub fn main<M, B>(fixture: &str, default_ids: &[u32], build: B) -> ExitCode
+where
+    M: CausalLm<Device = Host> + Module + nnx::Place<GpuDevice>,
+    <M as nnx::Place<GpuDevice>>::Placed: CausalLm<Device = GpuDevice>,
+    B: FnOnce(&std::path::Path) -> nnx::Result<M>,
+{
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() { 1 } else { 0 });
+        }
+    };
+    let folder = args
+        .model
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(fixture));
+    match run(&args, &folder, default_ids, build) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error.to_string().replace('\n', "; "));
+            ExitCode::from(1)
         }
     }
+}
 
-    /// Imports the folder into `model` (built as meta: the tensors become views of the mapped
-    /// file), prints the argmax at every position and the greedy continuation.
-    pub fn run(&self, mut model: impl CausalLm + Module) -> nnx::Result<()> {
-        let report = Archive::open(&self.folder)?.import_into(&mut model, "")?;
-        let mapped = model.flat_state_dict().iter().filter(|(_, tensor)| tensor.is_mapped()).count();
-        println!(
-            "imported {} tensors ({} tied, {} cast) from {}; {mapped} are views of the mapped file",
-            report.imported.len(),
-            report.tied.len(),
-            report.cast.len(),
-            self.folder.display()
-        );
-        let logits = model.logits(&self.ids)?;
-        println!("prompt: {:?}", self.ids);
-        println!("argmax per position: {:?}", logits.argmax_last()?);
-        let generated = model.generate(&self.ids, self.steps)?;
-        println!("greedy continuation: {:?}", &generated[self.ids.len()..]);
-        Ok(())
+#[cfg(feature = "gpu")]
+type GpuDevice = nnx::Gpu;
+#[cfg(not(feature = "gpu"))]
+type GpuDevice = Host;
+
+fn run<M, B>(args: &Args, folder: &std::path::Path, default_ids: &[u32], build: B) -> nnx::Result<()>
+where
+    M: CausalLm<Device = Host> + Module + nnx::Place<GpuDevice>,
+    <M as nnx::Place<GpuDevice>>::Placed: CausalLm<Device = GpuDevice>,
+    B: FnOnce(&std::path::Path) -> nnx::Result<M>,
+{
+    let mut model = build(folder)?;
+    let report = Archive::open(folder)?.import_into(&mut model, "")?;
+    let mapped = model.flat_state_dict().iter().filter(|(_, tensor)| tensor.is_mapped()).count();
+    eprintln!(
+        "imported {} tensors ({} tied, {} cast) from {}; {mapped} are views of the mapped file",
+        report.imported.len(),
+        report.tied.len(),
+        report.cast.len(),
+        folder.display()
+    );
+    let tokenizer = match Tokenizer::from_folder(folder) {
+        Ok(tokenizer) => Some(tokenizer),
+        Err(error) if args.prompt.is_some() => return Err(error),
+        Err(_) => None,
+    };
+    let prompt = match (&args.prompt, &tokenizer) {
+        (Some(text), Some(tokenizer)) => tokenizer.encode(text)?,
+        _ if args.ids.is_empty() => default_ids.to_vec(),
+        _ => args.ids.clone(),
+    };
+    let config = settings(args, folder)?;
+    match args.device {
+        Device::Cpu => generate(args, &model, &prompt, config, tokenizer.as_ref()),
+        #[cfg(feature = "gpu")]
+        Device::Gpu => {
+            let gpu = nnx::Gpu::open(args.gpu_index)?;
+            eprintln!("placing the model on {}", nnx::Device::name(&gpu));
+            let placed = nnx::Place::place_with(&model, &mut nnx::Placer::new(&gpu))?;
+            generate(args, &placed, &prompt, config, tokenizer.as_ref())
+        }
+        #[cfg(not(feature = "gpu"))]
+        Device::Gpu => {
+            eprintln!("error: `--device gpu` needs the `gpu` feature; build with `--features gpu`");
+            std::process::exit(1);
+        }
     }
+}
+
+/// The folder's generation settings with the command line's on top.
+fn settings(args: &Args, folder: &std::path::Path) -> nnx::Result<GenerationConfig> {
+    let mut config = GenerationConfig::from_folder(folder)?;
+    if let Some(max_new_tokens) = args.max_new_tokens {
+        config.max_new_tokens = max_new_tokens;
+    }
+    let (folder_temperature, folder_top_k, folder_top_p) = match config.sampling {
+        Sampling::Random { temperature, top_k, top_p } => (Some(temperature), top_k, top_p),
+        Sampling::Greedy => (None, None, None),
+    };
+    let drawing = args
+        .temperature
+        .map_or(folder_temperature.is_some() || args.top_k.is_some() || args.top_p.is_some(), |temperature| {
+            temperature > 0.0
+        });
+    config.sampling = if drawing {
+        Sampling::Random {
+            temperature: args.temperature.or(folder_temperature).unwrap_or(1.0),
+            top_k: args.top_k.or(folder_top_k),
+            top_p: args.top_p.or(folder_top_p),
+        }
+    } else {
+        Sampling::Greedy
+    };
+    if let Some(penalty) = args.repetition_penalty {
+        config.repetition_penalty = penalty;
+    }
+    config.seed = args.seed;
+    config.stop_strings = args.stop.clone();
+    Ok(config)
+}
+
+/// Generates for one prompt on `model`'s device, streaming text (or ids, without a tokenizer)
+/// to stdout and the speeds to stderr, or printing one JSON object.
+fn generate<M: CausalLm>(
+    args: &Args,
+    model: &M,
+    prompt: &[u32],
+    config: GenerationConfig,
+    tokenizer: Option<&Tokenizer>,
+) -> nnx::Result<()> {
+    let mut generator = Generator::new(model, &[prompt], config)?;
+    if let Some(tokenizer) = tokenizer {
+        generator = generator.with_tokenizer(tokenizer);
+    }
+    let mut stream = tokenizer.map(|tokenizer| TextStream::new(tokenizer, prompt));
+    let mut stdout = std::io::stdout().lock();
+    let mut write = |text: &str| {
+        // A closed pipe (`| head`) ends the output, not the program with a panic.
+        let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
+    };
+    if !args.json {
+        match tokenizer {
+            Some(tokenizer) => write(&tokenizer.decode(prompt)?),
+            None => write(&format!("prompt ids: {prompt:?}\ngenerated ids:")),
+        }
+    }
+    while let Some(tokens) = generator.step()? {
+        let Some(token) = tokens[0] else { continue };
+        if args.json {
+            continue;
+        }
+        match &mut stream {
+            Some(stream) => write(&stream.push(token)?),
+            None => write(&format!(" {token}")),
+        }
+    }
+    if let Some(stream) = &mut stream
+        && !args.json
+    {
+        write(&stream.finish()?);
+    }
+    let timings = generator.timings();
+    let generated = generator.generated(0).to_vec();
+    if args.json {
+        let mut object = serde_json::json!({
+            "prompt_ids": prompt,
+            "generated_ids": generated,
+            "prefill_tokens_per_s": timings.prefill_tokens_per_second(),
+            "decode_tokens_per_s": timings.decode_tokens_per_second(),
+        });
+        if let Some(tokenizer) = tokenizer {
+            object["text"] = tokenizer.decode(&generated)?.into();
+        }
+        write(&format!("{object}\n"));
+    } else {
+        write("\n");
+    }
+    eprintln!(
+        "prefill: {} tokens in {:.1} ms ({:.1} tokens/s); decode: {} tokens in {:.1} ms ({:.1} tokens/s); stopped: {:?}",
+        timings.prefill_tokens,
+        timings.prefill.as_secs_f64() * 1e3,
+        timings.prefill_tokens_per_second(),
+        timings.decode_tokens,
+        timings.decode.as_secs_f64() * 1e3,
+        timings.decode_tokens_per_second(),
+        generator.finish_reason(0),
+    );
+    Ok(())
 }

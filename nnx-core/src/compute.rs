@@ -207,6 +207,19 @@ pub trait Compute: Sized + Clone {
     /// As [`Tensor::narrow`].
     fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Self>;
 
+    /// A tensor of f32 zeros of `shape` on this tensor's device ([`Tensor::new_zeros`]).
+    ///
+    /// # Errors
+    /// As [`Tensor::new_zeros`], and the device's errors.
+    fn new_zeros(&self, shape: &[usize]) -> Result<Self>;
+
+    /// Writes `values` along `axis` from `start` into this f32 tensor, in place unless another
+    /// tensor shares its storage (then into a copy) ([`Tensor::write_slice`]).
+    ///
+    /// # Errors
+    /// As [`Tensor::write_slice`], and the device's errors.
+    fn write_slice(&mut self, axis: usize, start: usize, values: &Self) -> Result<()>;
+
     /// This tensor if contiguous, otherwise a row-major copy on the same device.
     ///
     /// # Errors
@@ -339,6 +352,14 @@ macro_rules! delegate {
 
         fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Self> {
             Self::narrow(self, axis, start, len)
+        }
+
+        fn new_zeros(&self, shape: &[usize]) -> Result<Self> {
+            Self::new_zeros(self, shape)
+        }
+
+        fn write_slice(&mut self, axis: usize, start: usize, values: &Self) -> Result<()> {
+            Self::write_slice(self, axis, start, values)
         }
 
         fn shape(&self) -> &[usize] {

@@ -269,6 +269,26 @@ pub enum Error {
         /// The table's shape.
         shape: Vec<usize>,
     },
+    /// A key/value cache without room for the positions a forward pass adds.
+    #[error(
+        "the key/value cache holds {capacity} positions per sequence but {needed} are needed: create it with a larger capacity (up to the model's context length) or generate fewer tokens"
+    )]
+    CacheFull {
+        /// Positions the cache holds per sequence.
+        capacity: usize,
+        /// Positions the pass needs (those cached plus the new ones).
+        needed: usize,
+    },
+    /// A text generation setting outside the values it takes.
+    #[error("the generation setting `{setting}` is {value}, but it must be {rule}")]
+    GenerationSetting {
+        /// The setting (`temperature`, `top_p`, ...).
+        setting: &'static str,
+        /// Its value, as given.
+        value: String,
+        /// The values it takes.
+        rule: &'static str,
+    },
     /// Affine quantization parameters MLX does not define.
     #[error(
         "affine quantization with {bits} bits and group size {group_size} is not supported: use bits 2, 3, 4, 5, 6 or 8 and group size 32, 64 or 128"

@@ -32,6 +32,8 @@ pub use error::{
 };
 #[cfg(feature = "gpu")]
 pub use gpu::Gpu;
+#[cfg(feature = "kernels")]
+pub use kernels::fused;
 #[allow(deprecated)]
 pub use module::{Entry, Field, Step};
 pub use module::{

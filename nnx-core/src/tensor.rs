@@ -205,6 +205,13 @@ impl<D: Device> Tensor<D> {
         &self.storage
     }
 
+    /// The storage, for writing in place: `Some` only when no other tensor (clone or view)
+    /// shares it, so that a write is seen through this handle alone.
+    #[cfg_attr(not(feature = "kernels"), allow(dead_code))]
+    pub(crate) fn storage_mut(&mut self) -> Option<&mut D::Storage> {
+        Arc::get_mut(&mut self.storage)
+    }
+
     /// This contiguous tensor's elements viewed in `shape`, which the caller has checked holds
     /// as many (a device's `reshape`); nothing is copied.
     #[cfg_attr(not(feature = "gpu"), allow(dead_code))]

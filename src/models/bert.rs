@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use nnx_core::fused::{Epilogue, FusedLayerNorm, FusedLinear, packed_attention};
+
 use crate::nn::{Embedding, Init, LayerNorm, Linear};
 use crate::{Compute, DType, Device, Host, Module, Tensor};
 
@@ -261,6 +263,187 @@ where
     }
 }
 
+/// A [`Bert`] on the host prepared for the fused CPU kernels of [`nnx_core::fused`]: each
+/// layer's query, key and value projections concatenated into one product, biases, GELU and the
+/// residual layer norms applied to each block of a product's rows while it is in cache, and the
+/// sequences of a batch packed one after another without padding, so that no row of padding is
+/// multiplied and no padded key is scored.
+///
+/// It holds the linear layers' weights transposed to `[in, out]` in f32 (a copy made once, the
+/// size of the layers in f32) and reads the embedding tables in place. It computes the
+/// embeddings of [`Bert::embed`] to within float rounding.
+#[derive(Debug)]
+pub struct FusedBert {
+    words: Tensor,
+    positions: Tensor,
+    /// Row 0 of the token-type table, the only type a sentence embedding uses.
+    token_type: Vec<f32>,
+    norm: FusedLayerNorm,
+    layers: Vec<FusedLayer>,
+    hidden: usize,
+    heads: usize,
+    intermediate: usize,
+}
+
+/// One encoder layer of a [`FusedBert`].
+#[derive(Debug)]
+struct FusedLayer {
+    qkv: FusedLinear,
+    attn_out: FusedLinear,
+    attn_norm: FusedLayerNorm,
+    up: FusedLinear,
+    down: FusedLinear,
+    out_norm: FusedLayerNorm,
+}
+
+/// The buffers of a forward pass, reused from batch to batch.
+#[derive(Default)]
+struct Buffers {
+    hidden: Vec<f32>,
+    qkv: Vec<f32>,
+    context: Vec<f32>,
+    inner: Vec<f32>,
+}
+
+impl FusedBert {
+    /// Prepares `model`.
+    ///
+    /// # Errors
+    /// [`crate::Error::ConfigField`] for a configuration that [`BertConfig::check`] refuses,
+    /// [`crate::TensorError::ShapeMismatch`] (as [`crate::Error::Tensor`]) for weights whose
+    /// shapes do not fit it, and the errors of the tensors (meta or not float).
+    pub fn new(model: &Bert) -> crate::Result<FusedBert> {
+        const OP: &str = "FusedBert::new";
+        let config = &model.config;
+        config.check(Path::new("config.json"))?;
+        let (hidden, intermediate) = (config.hidden_size, config.intermediate_size);
+        let embeddings = &model.embeddings;
+        let expect = |tensor: &Tensor, shape: &[usize], reason: &'static str| -> crate::Result<()> {
+            let fits = tensor.rank() == shape.len()
+                && tensor.shape().iter().zip(shape).all(|(&size, &expected)| expected == 0 || size == expected);
+            if fits {
+                return Ok(());
+            }
+            Err(nnx_core::Error::ShapeMismatch { op: OP, lhs: shape.to_vec(), rhs: tensor.shape().to_vec(), reason }
+                .into())
+        };
+        // A 0 in an expected shape takes any size.
+        let table = "an embedding table must be `[rows, hidden_size]`";
+        expect(&embeddings.words.weight, &[0, hidden], table)?;
+        expect(&embeddings.positions.weight, &[0, hidden], table)?;
+        expect(&embeddings.token_types.weight, &[0, hidden], table)?;
+        let token_type = if embeddings.token_types.weight.shape()[0] > 0 {
+            embeddings.token_types.weight.narrow(0, 0, 1)?.to_f32_vec()?
+        } else {
+            vec![0.0; hidden]
+        };
+        let linear = |layers: &[&Linear], shape: [usize; 2]| -> crate::Result<FusedLinear> {
+            let fused = FusedLinear::concat(layers)?;
+            let found = [fused.out_features(), fused.in_features()];
+            if found != shape {
+                return Err(nnx_core::Error::ShapeMismatch {
+                    op: OP,
+                    lhs: shape.to_vec(),
+                    rhs: found.to_vec(),
+                    reason: "a layer's weights must be `[out, in]` as the configuration sizes them",
+                }
+                .into());
+            }
+            Ok(fused)
+        };
+        let norm = |norm: &LayerNorm| -> crate::Result<FusedLayerNorm> {
+            expect(&norm.weight, &[hidden], "a norm must be `[hidden_size]`")?;
+            Ok(FusedLayerNorm::new(norm)?)
+        };
+        let layers = model
+            .layers
+            .iter()
+            .map(|layer| {
+                Ok(FusedLayer {
+                    qkv: linear(&[&layer.q, &layer.k, &layer.v], [3 * hidden, hidden])?,
+                    attn_out: linear(&[&layer.attn_out], [hidden, hidden])?,
+                    attn_norm: norm(&layer.attn_norm)?,
+                    up: linear(&[&layer.up], [intermediate, hidden])?,
+                    down: linear(&[&layer.down], [hidden, intermediate])?,
+                    out_norm: norm(&layer.out_norm)?,
+                })
+            })
+            .collect::<crate::Result<_>>()?;
+        Ok(FusedBert {
+            words: embeddings.words.weight.clone(),
+            positions: embeddings.positions.weight.clone(),
+            token_type,
+            norm: norm(&embeddings.norm)?,
+            layers,
+            hidden,
+            heads: config.num_attention_heads,
+            intermediate,
+        })
+    }
+
+    /// Sentence embeddings of `sequences` (token ids with the special tokens), in order, as
+    /// [`Bert::embed`] makes them: the last hidden states averaged over each sequence, scaled
+    /// to unit length. `batch_size` sequences go through the encoder together, their tokens
+    /// packed: no sequence is padded to the length of another.
+    ///
+    /// # Errors
+    /// A token id past the vocabulary, or a sequence longer than the position table.
+    pub fn embed(&self, sequences: &[Vec<u32>], batch_size: usize) -> crate::Result<Vec<Vec<f32>>> {
+        let mut buffers = Buffers::default();
+        let mut out = Vec::with_capacity(sequences.len());
+        for batch in sequences.chunks(batch_size.max(1)) {
+            let lengths: Vec<usize> = batch.iter().map(Vec::len).collect();
+            self.encode(batch, &lengths, &mut buffers)?;
+            let mut rows = buffers.hidden.chunks_exact(self.hidden);
+            for &length in &lengths {
+                // Mean pooling and L2 normalisation in the order of `mean_pool` and
+                // `l2_normalize`.
+                let mut pooled = vec![0.0f32; self.hidden];
+                for row in rows.by_ref().take(length) {
+                    pooled.iter_mut().zip(row).for_each(|(p, &x)| *p += x);
+                }
+                let inverse = 1.0 / (length as f32).max(1e-9);
+                pooled.iter_mut().for_each(|p| *p *= inverse);
+                let divisor = pooled.iter().map(|&x| x * x).sum::<f32>().sqrt().max(1e-12);
+                pooled.iter_mut().for_each(|p| *p /= divisor);
+                out.push(pooled);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The last hidden states of one batch of packed sequences, into `buffers.hidden`.
+    fn encode(&self, batch: &[Vec<u32>], lengths: &[usize], buffers: &mut Buffers) -> crate::Result<()> {
+        let tokens: usize = lengths.iter().sum();
+        let ids = batch.concat();
+        let positions: Vec<u32> = lengths.iter().flat_map(|&length| 0..length as u32).collect();
+        let words = Tensor::embedding(&self.words, &ids)?;
+        let places = Tensor::embedding(&self.positions, &positions)?;
+        let hidden = &mut buffers.hidden;
+        hidden.clear();
+        hidden.extend(words.to_vec::<f32>()?);
+        for (row, place) in hidden.chunks_exact_mut(self.hidden).zip(places.to_vec::<f32>()?.chunks_exact(self.hidden))
+        {
+            for ((x, &p), &t) in row.iter_mut().zip(place).zip(&self.token_type) {
+                *x = (*x + p) + t;
+            }
+        }
+        self.norm.forward_in_place(hidden);
+        buffers.qkv.resize(tokens * 3 * self.hidden, 0.0);
+        buffers.context.resize(tokens * self.hidden, 0.0);
+        buffers.inner.resize(tokens * self.intermediate, 0.0);
+        let Buffers { hidden, qkv, context, inner } = buffers;
+        for layer in &self.layers {
+            layer.qkv.forward_into(hidden, qkv, Epilogue::Bias);
+            packed_attention(qkv, lengths, self.heads, context);
+            layer.attn_out.forward_into(context, hidden, Epilogue::ResidualLayerNorm(&layer.attn_norm));
+            layer.up.forward_into(hidden, inner, Epilogue::Gelu);
+            layer.down.forward_into(inner, hidden, Epilogue::ResidualLayerNorm(&layer.out_norm));
+        }
+        Ok(())
+    }
+}
+
 /// A folder of `BertModel` (`model_type` `bert`), the encoder without its pooler: the pooler of
 /// a transformers checkpoint is left unused on import.
 impl crate::Pretrained for Bert {
@@ -278,5 +461,59 @@ impl crate::Pretrained for Bert {
 
     fn check_config(config: &BertConfig, path: &Path) -> crate::Result<()> {
         config.check(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> BertConfig {
+        BertConfig {
+            vocab_size: 50,
+            hidden_size: 32,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            intermediate_size: 48,
+            max_position_embeddings: 80,
+            type_vocab_size: 2,
+            layer_norm_eps: 1e-12,
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    /// The fused path against the unfused one on padded batches: short sequences, long ones
+    /// (attention through products), an empty one, and batch sizes that split them differently.
+    #[test]
+    fn fused_embeddings_match_the_padded_forward() {
+        let model = Bert::new(&config(), DType::F32, Init::Seeded(7));
+        let fused = FusedBert::new(&model).unwrap();
+        let lengths = [3, 11, 1, 70, 0, 52, 8];
+        let sequences: Vec<Vec<u32>> = lengths
+            .iter()
+            .enumerate()
+            .map(|(index, &length)| (0..length).map(|at| ((index * 7 + at * 13) % 50) as u32).collect())
+            .collect();
+        for batch_size in [1, 3, 32] {
+            let found = fused.embed(&sequences, batch_size).unwrap();
+            assert_eq!(found.len(), sequences.len());
+            for (sequence, embedding) in sequences.iter().zip(&found) {
+                let expected =
+                    model.embed(&Batch::pad(std::slice::from_ref(sequence), 0)).unwrap().to_f32_vec().unwrap();
+                let difference = embedding.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                assert!(difference < 1e-5, "length {}: {difference}", sequence.len());
+            }
+        }
+    }
+
+    #[test]
+    fn fused_embeddings_refuse_what_the_model_refuses() {
+        let model = Bert::new(&config(), DType::F32, Init::Seeded(7));
+        let fused = FusedBert::new(&model).unwrap();
+        assert!(fused.embed(&[vec![50]], 8).is_err(), "a token id past the vocabulary");
+        assert!(fused.embed(&[vec![1; 81]], 8).is_err(), "a sequence longer than the position table");
+        let mut narrow = model.clone();
+        narrow.layers[1].up = Linear::builder(32, 40).build();
+        assert!(FusedBert::new(&narrow).is_err(), "a layer that does not fit the configuration");
     }
 }

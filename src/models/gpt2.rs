@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use crate::generate::KvCache;
 use crate::nn::{Embedding, Init, LayerNorm, Linear};
 use crate::{Compute, DType, Device, Host, Module, Tensor};
 
@@ -218,14 +219,67 @@ where
         }
         Ok(Compute::linear(&self.ln_f.forward(&h)?, &self.lm_head.weight, None)?)
     }
+
+    /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,
+    /// row-major), `[batch, vocab]` in F32 on the model's device, computing only the new
+    /// positions: their keys and values go into `cache`, and attention reads the cached ones.
+    /// Positions count from each sequence's first real token (see [`KvCache`]).
+    ///
+    /// # Errors
+    /// A token id past the vocabulary, `ids` that are not whole rows, or
+    /// [`TensorError::CacheFull`](crate::TensorError::CacheFull).
+    pub fn forward_with_cache(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor<D>> {
+        let batch = cache.batch();
+        let seq = super::cached_rows(ids, batch)?;
+        let (width, heads) = (self.config.n_embd, self.config.n_head);
+        let positions: Vec<u32> = cache.positions(seq).into_iter().map(|position| position as u32).collect();
+        let key_mask = cache.key_mask(seq);
+        let mut h = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        // `[batch * seq, width]` as `[batch, heads, seq, head_dim]`, a view.
+        let split_heads = |t: Tensor<D>| -> crate::Result<Tensor<D>> {
+            Ok(Compute::reshape(&t, &[batch, seq, heads, width / heads])?.permute(&[0, 2, 1, 3])?)
+        };
+        for (layer, block) in self.h.iter().enumerate() {
+            let x = block.ln_1.forward(&h)?;
+            let q = split_heads(block.attn.q.forward(&x)?)?;
+            let (k, v) = (split_heads(block.attn.k.forward(&x)?)?, split_heads(block.attn.v.forward(&x)?)?);
+            let (keys, values) = cache.update(layer, &k, &v)?;
+            let context = Compute::attention(&q, &keys, &values, true, key_mask.as_deref())?;
+            let merged = Compute::reshape(&context.permute(&[0, 2, 1, 3])?, &[batch * seq, width])?;
+            h = h.add(&block.attn.out.forward(&merged)?)?;
+            let x = block.ln_2.forward(&h)?;
+            h = h.add(&block.mlp.down.forward(&block.mlp.up.forward(&x)?.gelu_tanh()?)?)?;
+        }
+        cache.advance(seq)?;
+        let last =
+            Compute::reshape(&Compute::reshape(&h, &[batch, seq, width])?.narrow(1, seq - 1, 1)?, &[batch, width])?;
+        Ok(Compute::linear(&self.ln_f.forward(&last)?, &self.lm_head.weight, None)?)
+    }
 }
 
 impl<D: Device> super::CausalLm for Gpt2<D>
 where
     Tensor<D>: Compute,
 {
+    type Device = D;
+
     fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
         Ok(Compute::to_host(&self.forward(ids)?)?)
+    }
+
+    /// `n_positions`.
+    fn context_length(&self) -> usize {
+        self.config.n_positions
+    }
+
+    fn new_cache(&self, batch: usize, capacity: usize) -> crate::Result<KvCache<D>> {
+        super::check_capacity(capacity, self.context_length())?;
+        let (heads, width) = (self.config.n_head, self.config.n_embd);
+        KvCache::new(&self.wte.weight, self.h.len(), batch, heads, width / heads, capacity)
+    }
+
+    fn forward_cached(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor> {
+        Ok(Compute::to_host(&self.forward_with_cache(ids, cache)?)?)
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use crate::generate::KvCache;
 use crate::nn::{Embedding, Init, Linear, RmsNorm};
 use crate::{Compute, DType, Device, Host, Module, Tensor};
 
@@ -29,6 +30,10 @@ pub struct LlamaConfig {
     /// Width of one head; defaults to `hidden_size / num_attention_heads`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_dim: Option<usize>,
+    /// The longest sequence the model was trained for; generation caps its cache there
+    /// (2048 when absent: rotary positions themselves have no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_position_embeddings: Option<usize>,
     /// RMSNorm epsilon.
     #[serde(default = "default_epsilon")]
     pub rms_norm_eps: f32,
@@ -105,6 +110,9 @@ impl LlamaConfig {
                 )?;
             }
         }
+        if let Some(context) = self.max_position_embeddings {
+            checks.positive("max_position_embeddings", context)?;
+        }
         checks.at_most("num_hidden_layers", self.num_hidden_layers, super::MAX_LAYERS)?;
         let (hidden, inner, head_dim) = (self.hidden_size, self.intermediate_size, self.head_dim());
         // The attention widths are computed even for a model without layers.
@@ -146,6 +154,11 @@ impl LlamaConfig {
     /// Key/value heads.
     pub fn kv_heads(&self) -> usize {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    /// `max_position_embeddings`, or 2048 when absent.
+    pub fn context_length(&self) -> usize {
+        self.max_position_embeddings.unwrap_or(2048)
     }
 }
 
@@ -288,14 +301,81 @@ where
         }
         Ok(self.lm_head.forward(&self.norm.forward(&h)?)?)
     }
+
+    /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,
+    /// row-major), `[batch, vocab]` in F32 on the model's device, computing only the new
+    /// positions: their keys and values go into `cache` (one entry per key/value head, shared
+    /// by its group of query heads), and rotary angles count from each sequence's first real
+    /// token (see [`KvCache`]).
+    ///
+    /// # Errors
+    /// A token id past the vocabulary, `ids` that are not whole rows, or
+    /// [`TensorError::CacheFull`](crate::TensorError::CacheFull).
+    pub fn forward_with_cache(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor<D>> {
+        let config = &self.config;
+        let batch = cache.batch();
+        let seq = super::cached_rows(ids, batch)?;
+        let (head_dim, hidden) = (config.head_dim(), config.hidden_size);
+        let positions = cache.positions(seq);
+        let key_mask = cache.key_mask(seq);
+        // `[batch * seq, heads * head_dim]` as `[batch, heads, seq, head_dim]`, rotated. Rotary
+        // takes one position per row of its sequence axis, so the batch joins that axis while
+        // the positions are applied (each sequence has its own).
+        let rotated_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
+            let rows = Compute::reshape(&t, &[1, batch * seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?;
+            let rotated = rows.rotary(&positions, config.theta())?;
+            Ok(Compute::reshape(&rotated, &[heads, batch, seq, head_dim])?.permute(&[1, 0, 2, 3])?)
+        };
+        let split_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
+            Ok(Compute::reshape(&t, &[batch, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?)
+        };
+        let mut h = self.embed.forward(ids)?;
+        for (index, layer) in self.layers.iter().enumerate() {
+            let x = layer.attn_norm.forward(&h)?;
+            let q = rotated_heads(layer.attn.q.forward(&x)?, config.num_attention_heads)?;
+            let k = rotated_heads(layer.attn.k.forward(&x)?, config.kv_heads())?;
+            let v = split_heads(layer.attn.v.forward(&x)?, config.kv_heads())?;
+            let (keys, values) = cache.update(index, &k, &v)?;
+            let context = Compute::attention(&q, &keys, &values, true, key_mask.as_deref())?;
+            let merged = Compute::reshape(
+                &context.permute(&[0, 2, 1, 3])?,
+                &[batch * seq, config.num_attention_heads * head_dim],
+            )?;
+            h = h.add(&layer.attn.o.forward(&merged)?)?;
+            let x = layer.mlp_norm.forward(&h)?;
+            let gated = layer.mlp.gate.forward(&x)?.silu()?.mul(&layer.mlp.up.forward(&x)?)?;
+            h = h.add(&layer.mlp.down.forward(&gated)?)?;
+        }
+        cache.advance(seq)?;
+        let last =
+            Compute::reshape(&Compute::reshape(&h, &[batch, seq, hidden])?.narrow(1, seq - 1, 1)?, &[batch, hidden])?;
+        Ok(self.lm_head.forward(&self.norm.forward(&last)?)?)
+    }
 }
 
 impl<D: Device> super::CausalLm for Llama<D>
 where
     Tensor<D>: Compute,
 {
+    type Device = D;
+
     fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
         Ok(Compute::to_host(&self.forward(ids)?)?)
+    }
+
+    /// [`LlamaConfig::context_length`].
+    fn context_length(&self) -> usize {
+        self.config.context_length()
+    }
+
+    fn new_cache(&self, batch: usize, capacity: usize) -> crate::Result<KvCache<D>> {
+        super::check_capacity(capacity, self.context_length())?;
+        let config = &self.config;
+        KvCache::new(&self.embed.weight, self.layers.len(), batch, config.kv_heads(), config.head_dim(), capacity)
+    }
+
+    fn forward_cached(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor> {
+        Ok(Compute::to_host(&self.forward_with_cache(ids, cache)?)?)
     }
 }
 

@@ -3,10 +3,11 @@
 //! over the attention mask, L2-normalise.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use tokenizers::{Tokenizer, TruncationParams};
 
-use super::bert::{Batch, Bert, BertConfig};
+use super::bert::{Batch, Bert, BertConfig, FusedBert};
 use crate::nn::Init;
 use crate::{Archive, ConfigProblem, DType, Error, ImportReport, Result};
 
@@ -20,6 +21,8 @@ struct SentenceBertConfig {
 pub struct SentenceEncoder {
     tokenizer: Tokenizer,
     model: Bert,
+    /// The model prepared for the fused CPU kernels, made on the first CPU encode.
+    fused: OnceLock<FusedBert>,
     /// The model placed on a GPU, which then computes the embeddings.
     #[cfg(feature = "gpu")]
     placed: Option<Bert<crate::Gpu>>,
@@ -66,6 +69,7 @@ impl SentenceEncoder {
         Ok(SentenceEncoder {
             tokenizer,
             model,
+            fused: OnceLock::new(),
             #[cfg(feature = "gpu")]
             placed: None,
             folder,
@@ -111,25 +115,39 @@ impl SentenceEncoder {
         Ok(encodings.iter().map(|encoding| encoding.get_ids().to_vec()).collect())
     }
 
-    /// Unit-length embeddings of `sentences`, in order, computed in batches of `batch_size`
-    /// padded to their longest sentence.
+    /// The model prepared for the fused CPU kernels, made once.
     ///
     /// # Errors
-    /// As [`SentenceEncoder::tokenize`] and [`Bert::embed`].
+    /// As [`FusedBert::new`].
+    pub fn fused(&self) -> Result<&FusedBert> {
+        if let Some(fused) = self.fused.get() {
+            return Ok(fused);
+        }
+        let fused = FusedBert::new(&self.model)?;
+        Ok(self.fused.get_or_init(|| fused))
+    }
+
+    /// Unit-length embeddings of `sentences`, in order, computed `batch_size` sentences at a
+    /// time: on the CPU by [`FusedBert::embed`] (the sentences packed without padding), on a
+    /// GPU by [`Bert::embed`] on batches padded to their longest sentence.
+    ///
+    /// # Errors
+    /// As [`SentenceEncoder::tokenize`], [`FusedBert::new`] and [`Bert::embed`].
     pub fn encode(&self, sentences: &[&str], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let ids = self.tokenize(sentences)?;
+        #[cfg(feature = "gpu")]
+        let placed = self.placed.as_ref();
+        #[cfg(not(feature = "gpu"))]
+        let placed: Option<&Bert> = None;
+        let Some(placed) = placed else {
+            return self.fused()?.embed(&ids, batch_size);
+        };
         let pad = self.tokenizer.token_to_id("[PAD]").unwrap_or(0);
         let hidden = self.model.config.hidden_size;
         let mut out = Vec::with_capacity(sentences.len());
         for chunk in ids.chunks(batch_size.max(1)) {
             let batch = Batch::pad(chunk, pad);
-            #[cfg(feature = "gpu")]
-            let embeddings = match &self.placed {
-                Some(placed) => crate::Compute::to_f32_vec(&placed.embed(&batch)?)?,
-                None => self.model.embed(&batch)?.to_f32_vec()?,
-            };
-            #[cfg(not(feature = "gpu"))]
-            let embeddings = self.model.embed(&batch)?.to_f32_vec()?;
+            let embeddings = crate::Compute::to_f32_vec(&placed.embed(&batch)?)?;
             out.extend(embeddings.chunks(hidden).map(<[f32]>::to_vec));
         }
         Ok(out)

@@ -1,18 +1,23 @@
 //! Attention blocks on the GPU: embedding lookup (`embedding.wgsl`), rotary position
-//! embedding (`rotary.wgsl`) and scaled dot-product attention, as two tiled products around a
-//! masked softmax (`attention.wgsl`). `embedding` and `attention` are reached through
-//! [`Compute`](crate::Compute).
+//! embedding (`rotary.wgsl`), scaled dot-product attention, as two tiled products around a
+//! masked softmax (`attention.wgsl`), and the in-place writes of key/value caches
+//! (`cache.wgsl`). `embedding` and `attention` are reached through [`Compute`](crate::Compute).
 
 use super::Gpu;
 use super::matmul::{Destination, Operand, product};
-use super::params::{count, kernel_source, kind, launch, output, reach, same_device, step, storage, upload, word};
+use super::params::{
+    axes, collapse, count, kernel_source, kind, launch, output, reach, same_device, step, storage, upload, word,
+};
 use crate::error::Result;
-use crate::kernels::{AttentionShape, check_attention, check_embedding, check_rotary, rotary_tables};
+use crate::kernels::{
+    AttentionShape, check_attention, check_embedding, check_new_zeros, check_rotary, check_write_slice, rotary_tables,
+};
 use crate::{DType, Tensor};
 
 const EMBEDDING: &str = kernel_source!("embedding.wgsl");
 const ROTARY: &str = kernel_source!("rotary.wgsl");
 const ATTENTION: &str = kernel_source!("reduce.wgsl", "attention.wgsl");
+const CACHE: &str = kernel_source!("cache.wgsl");
 
 impl Tensor<Gpu> {
     /// Rotary position embedding of `[batch, heads, seq, head_dim]` at `positions`, in Hugging
@@ -52,6 +57,62 @@ impl Tensor<Gpu> {
             launch(gpu, "rotary", ROTARY, &params, &buffers, (elements / 2) as u64)?;
         }
         Ok(gpu.tensor(Some(out), DType::F32, self.shape()))
+    }
+}
+
+impl Tensor<Gpu> {
+    /// A tensor of f32 zeros of `shape` on this tensor's GPU (see [`Tensor::new_zeros`]).
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`](crate::Error::TooLarge) when `shape` cannot be addressed,
+    /// [`Error::Gpu`](crate::Error::Gpu) when the device cannot hold it.
+    pub fn new_zeros(&self, shape: &[usize]) -> Result<Tensor<Gpu>> {
+        check_new_zeros(shape)?;
+        let gpu = self.device();
+        Ok(gpu.tensor(Some(output(gpu, count(gpu, "new_zeros", shape)?)?), DType::F32, shape))
+    }
+
+    /// Writes `values` (any float dtype, read through their strides) into the indices
+    /// `start..start + values.shape()[axis]` of `axis` of this f32 tensor, on the device and in
+    /// place, unless another tensor shares the buffer: then this handle first becomes a copy, so
+    /// that no clone or view sees the change (see [`Tensor::write_slice`]).
+    ///
+    /// # Errors
+    /// As on the host; [`Error::Gpu`](crate::Error::Gpu) when the device fails or the operands
+    /// live on different GPUs.
+    pub fn write_slice(&mut self, axis: usize, start: usize, values: &Tensor<Gpu>) -> Result<()> {
+        const OP: &str = "write_slice";
+        check_write_slice(self, axis, start, values)?;
+        same_device(OP, self, &[Some(values)])?;
+        if values.is_empty() {
+            return Ok(());
+        }
+        if self.storage_mut().is_none() {
+            let mut copy = self.new_zeros(self.shape())?;
+            copy.write_slice(0, 0, self)?;
+            *self = copy;
+        }
+        let gpu = self.device();
+        let elements = count(gpu, OP, values.shape())?;
+        reach(gpu, OP, values.offset(), values.shape(), values.strides())?;
+        reach(gpu, OP, self.offset(), self.shape(), self.strides())?;
+        let first = self.offset() + start * self.strides()[axis];
+        let (sizes, strides) = collapse(gpu, OP, values.shape(), &[values.strides(), self.strides()])?;
+        let mut params = vec![
+            word(gpu, OP, elements)?,
+            sizes.len() as u32,
+            kind(values, OP)?,
+            word(gpu, OP, values.offset())?,
+            word(gpu, OP, first)?,
+            0,
+            0,
+            0,
+        ];
+        params.extend(axes(gpu, OP, &sizes, 1)?);
+        params.extend(axes(gpu, OP, &strides[0], 0)?);
+        params.extend(axes(gpu, OP, &strides[1], 0)?);
+        let buffers = [storage(values, OP)?.into(), storage(self, OP)?.into()];
+        launch(gpu, "write_slice", CACHE, &params, &buffers, elements as u64)
     }
 }
 

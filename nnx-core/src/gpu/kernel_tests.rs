@@ -604,6 +604,38 @@ fn attention_matches_the_cpu() {
 }
 
 #[test]
+fn cache_writes_match_the_cpu_and_copy_shared_buffers() {
+    let Some(gpu) = test_gpu() else { return };
+    // A `[batch, kv_heads, capacity, d]` cache: a prefill of three rows, then one permuted
+    // bf16 row, then attention over the filled rows (a narrowed view read in place).
+    let mut host = Tensor::zeros(DType::F32, &[2, 2, 6, 4]);
+    let mut device = up(&host, &gpu);
+    let prefill = random(&[2, 2, 3, 4], 1);
+    let stored = cast(&random(&[2, 1, 2, 4], 2), DType::BF16);
+    let step = stored.permute(&[0, 2, 1, 3]).unwrap();
+    host.write_slice(2, 0, &prefill).unwrap();
+    device.write_slice(2, 0, &up(&prefill, &gpu)).unwrap();
+    host.write_slice(2, 3, &step).unwrap();
+    device.write_slice(2, 3, &up(&stored, &gpu).permute(&[0, 2, 1, 3]).unwrap()).unwrap();
+    compare("write_slice", &device, &host, 0.0);
+    let query = random(&[2, 4, 1, 4], 3);
+    let filled = |cache: &Tensor| cache.narrow(2, 0, 4).unwrap();
+    let expected = Tensor::attention(&query, &filled(&host), &filled(&host), true, None).unwrap();
+    let view = device.narrow(2, 0, 4).unwrap();
+    let found = Compute::attention(&up(&query, &gpu), &view, &view, true, None).unwrap();
+    compare("attention over cached rows", &found, &expected, TOLERANCE);
+    // With a view alive the write goes into a copy: the view keeps the old values.
+    let before = view.to_host().unwrap();
+    device.write_slice(2, 0, &up(&random(&[2, 2, 1, 4], 4), &gpu)).unwrap();
+    assert_eq!(view.to_host().unwrap().to_bytes().unwrap(), before.to_bytes().unwrap());
+    assert!(!device.shares_storage(&view));
+    let zeros = device.new_zeros(&[3, 5]).unwrap();
+    assert_eq!(zeros.to_f32_vec().unwrap(), [0.0; 15]);
+    let row = up(&random(&[2, 2, 1, 4], 5), &gpu);
+    assert!(matches!(device.write_slice(2, 6, &row), Err(Error::NarrowOutOfRange { .. })));
+}
+
+#[test]
 fn reshape_and_reads() {
     let Some(gpu) = test_gpu() else { return };
     let x = random(&[3, 4], 1);

@@ -3,7 +3,7 @@
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::{Dense, broadcast_shape, check_float, check_parameter, f32_tensor, parameter, strided_offset};
+use super::{Dense, broadcast_shape, check_float, check_parameter, f32_tensor, f32_values, parameter, strided_offset};
 use crate::error::{Error, Result};
 use crate::{Device, Host, OnDevice, Tensor};
 
@@ -263,8 +263,16 @@ impl Tensor {
         let bias = parameter(bias, out_features, weight, OP, "the bias must be `[out_features]`")?;
         let rows = self.len().checked_div(width).unwrap_or_else(|| self.shape()[..self.rank() - 1].iter().product());
         let input = self.reshape(&[rows, width])?;
-        let product = input.matmul(&weight.transpose(0, 1)?)?;
-        let mut out = product.to_vec::<f32>()?;
+        // A few rows (a decoding step) stream the weight once, in its stored dtype.
+        let few_rows = if rows <= super::gemv::MAX_ROWS {
+            super::gemv::product(&f32_values(&input, OP)?, rows, weight)?
+        } else {
+            None
+        };
+        let mut out = match few_rows {
+            Some(out) => out,
+            None => input.matmul(&weight.transpose(0, 1)?)?.to_vec::<f32>()?,
+        };
         if let Some(bias) = bias
             && out_features > 0
         {

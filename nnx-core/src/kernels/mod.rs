@@ -1,5 +1,6 @@
-//! CPU kernels for transformer inference: matmul, elementwise ops and activations,
-//! normalisations, softmax, embeddings, rotary embeddings and attention.
+//! CPU kernels for transformer inference: matmul (with a matrix-vector path for decoding),
+//! elementwise ops and activations, normalisations, softmax, embeddings, rotary embeddings,
+//! attention and in-place writes into key/value caches.
 //!
 //! Every kernel takes tensors of any float dtype (f16, bf16, f32, f64), computes in f32 and
 //! returns an owned, contiguous f32 tensor. Work above [`PARALLEL_ELEMENTS`] elements is split
@@ -9,7 +10,13 @@
 #[cfg(feature = "kernels")]
 mod attention;
 #[cfg(feature = "kernels")]
+mod cache;
+#[cfg(feature = "kernels")]
 mod elementwise;
+#[cfg(feature = "kernels")]
+pub mod fused;
+#[cfg(feature = "kernels")]
+mod gemv;
 #[cfg(feature = "kernels")]
 mod matmul;
 #[cfg(feature = "kernels")]
@@ -17,6 +24,8 @@ mod norm;
 
 #[cfg(feature = "gpu")]
 pub(crate) use attention::{AttentionShape, check_attention, check_embedding, check_rotary, rotary_tables};
+#[cfg(feature = "gpu")]
+pub(crate) use cache::{check_new_zeros, check_write_slice};
 #[cfg(feature = "gpu")]
 pub(crate) use matmul::{MatmulShape, check_linear, check_matmul, rows_fold};
 #[cfg(feature = "gpu")]
@@ -29,12 +38,13 @@ use crate::{DType, Device, Tensor};
 #[cfg(feature = "kernels")]
 pub(crate) const PARALLEL_ELEMENTS: usize = 1 << 16;
 
-/// An f32 view of a tensor: a contiguous f32 block holding its elements and the stride of each
-/// of the tensor's axes into that block.
+/// An f32 view of a tensor: an f32 block holding its elements and the stride of each of the
+/// tensor's axes into that block.
 ///
-/// A tensor whose elements are one dense block in some axis order (a contiguous tensor, a
-/// transpose or permutation of one) is read in place when it is f32 and converted without a
-/// gather otherwise; other views are made contiguous first.
+/// An f32 tensor is read in place through its own strides, whatever its layout (a narrowed
+/// view such as the filled rows of a key/value cache costs no copy). A tensor of another dtype
+/// whose elements are one dense block in some axis order (a contiguous tensor, a transpose or
+/// permutation of one) is converted without a gather; other views are made contiguous first.
 #[cfg(feature = "kernels")]
 pub(crate) struct Dense {
     block: Tensor,
@@ -47,6 +57,10 @@ impl Dense {
     /// The f32 view of `tensor`, for the operation `op` (named in errors).
     pub(crate) fn new(tensor: &Tensor, op: &'static str) -> Result<Dense> {
         check_float(tensor, op)?;
+        if tensor.dtype() == DType::F32 {
+            let (shape, strides) = (tensor.shape().to_vec(), tensor.strides().to_vec());
+            return Ok(Dense { block: tensor.clone(), shape, strides });
+        }
         let rank = tensor.rank();
         // The axes by decreasing stride: the order in which a permuted block is row-major.
         let mut order: Vec<usize> = (0..rank).collect();
@@ -64,14 +78,13 @@ impl Dense {
         Ok(Dense { block, shape: tensor.shape().to_vec(), strides })
     }
 
-    /// The elements of the block; element `index` of the tensor is at
-    /// `sum(index[i] * strides[i])`.
+    /// The elements of the block's storage from its first element on; element `index` of the
+    /// tensor is at `sum(index[i] * strides[i])`.
     pub(crate) fn data(&self) -> &[f32] {
-        self.block
-            .as_slice::<f32>()
-            .ok()
-            .flatten()
-            .expect("the block is a contiguous f32 tensor with data, checked when it was built")
+        let bytes = self.block.storage().0.bytes().expect("the block has data, checked when it was built");
+        let values: &[f32] = bytemuck::try_cast_slice(&bytes[..bytes.len() / 4 * 4])
+            .expect("f32 storage is aligned for f32, checked when the tensor was built");
+        values.get(self.block.offset()..).unwrap_or(&[])
     }
 
     /// The tensor's shape.
@@ -330,6 +343,19 @@ mod tests {
         let dense = Dense::new(&view, "test").unwrap();
         assert_eq!(dense.strides(), [1, 20, 5]);
         assert_eq!(dense.data().as_ptr(), t.as_slice::<f32>().unwrap().unwrap().as_ptr());
+        let expected = view.contiguous().to_vec::<f32>().unwrap();
+        for (flat, &value) in expected.iter().enumerate() {
+            assert_eq!(dense.data()[strided_offset(flat, dense.shape(), dense.strides())], value);
+        }
+    }
+
+    #[test]
+    fn dense_reads_narrowed_f32_views_in_place() {
+        // The first rows of a preallocated `[batch, heads, capacity, d]` cache.
+        let t = random(&[2, 3, 8, 4], 3);
+        let view = t.narrow(2, 0, 5).unwrap().narrow(1, 1, 2).unwrap();
+        let dense = Dense::new(&view, "test").unwrap();
+        assert_eq!(dense.strides(), t.strides());
         let expected = view.contiguous().to_vec::<f32>().unwrap();
         for (flat, &value) in expected.iter().enumerate() {
             assert_eq!(dense.data()[strided_offset(flat, dense.shape(), dense.strides())], value);
