@@ -342,7 +342,8 @@ mod avx2 {
     }
 }
 
-/// The streams of one slice of a SEED weight, for [`seed_gemv`].
+/// The streams of one slice of a SEED weight, for [`seed_gemv`] (whose kernel is x86-64's).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct SeedSlice<'a> {
     /// Coefficients per block: 3 (SEED4) or 4 (SEED4P4).
     pub(crate) coefficients: usize,
@@ -390,6 +391,7 @@ pub(crate) fn seed_gemv(slice: &SeedSlice<'_>, x: &[f32]) -> Option<Vec<f32>> {
 
 /// For every seed, its block's basis as i16 `(state - 32768)`, 8 rows of 4 coefficients
 /// (zero past `coefficients`): the LFSR runs once per seed, not once per block.
+#[cfg(target_arch = "x86_64")]
 fn seed_table(coefficients: usize) -> &'static [[i16; 32]] {
     use std::sync::OnceLock;
     static TABLES: [OnceLock<Vec<[i16; 32]>>; 2] = [OnceLock::new(), OnceLock::new()];
