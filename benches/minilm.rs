@@ -6,6 +6,12 @@
 //! sentences). Loading is timed apart; a pass is one `encode` of the whole corpus, tokenizing
 //! included.
 //!
+//! Every side loads the model and encodes each corpus once to warm up; then the passes take
+//! turns (an nnx pass, a candle pass, a PyTorch pass, and again), so that other work on the
+//! machine slows every side alike, and the median of each side's passes is reported. The peers
+//! are child processes that read a corpus name per line on stdin and answer with the seconds
+//! one pass took.
+//!
 //! The model folder comes from `NNX_MINILM`, else the cache that `scripts/setup.sh` fills
 //! (`NNX_CACHE`, default `~/.cache/nnx`). The candle peer builds into `NNX_CANDLE_PEER_TARGET`,
 //! else `benches/candle-bert-peer/target`. The PyTorch peer runs in the Python of `NNX_PYTHON`,
@@ -17,14 +23,15 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use nnx::models::sentence::SentenceEncoder;
 
-/// Times each corpus pass is timed, after one warm-up pass; the median is reported.
+/// Timed passes of each corpus on each side, after one warm-up pass; the median is reported.
 const RUNS: usize = 5;
 /// Sentences per batch, on every side.
 const BATCH: usize = 32;
@@ -37,32 +44,32 @@ const LONG_TOKENS: usize = 128;
 /// nnx must be this many times as fast as candle.
 const TARGET: f64 = 1.5;
 
-/// The PyTorch peer: reads the corpora as a JSON object on stdin, encodes each with the same
-/// batch size, warm-up and run count, and prints one JSON object.
+/// The PyTorch peer, in the protocol of `benches/candle-bert-peer`: the corpora as one JSON
+/// line on stdin, a JSON line when loaded and warmed up, then one pass per corpus name read.
 const TORCH_SCRIPT: &str = r#"
 import json, sys, time
 import torch, sentence_transformers
 from sentence_transformers import SentenceTransformer
-folder, batch, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-corpora = json.load(sys.stdin)
+folder, batch = sys.argv[1], int(sys.argv[2])
+corpora = json.loads(sys.stdin.readline())
+start = time.perf_counter()
 model = SentenceTransformer(folder, device="cpu", local_files_only=True)
-results = {}
+load_ms = (time.perf_counter() - start) * 1e3
 with torch.inference_mode():
-    for name, corpus in corpora.items():
-        model.encode(corpus, batch_size=batch)
-        rates = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            embeddings = model.encode(corpus, batch_size=batch)
-            rates.append(len(corpus) / (time.perf_counter() - start))
-            assert len(embeddings) == len(corpus)
-        rates.sort()
-        results[name] = {"rate": rates[len(rates) // 2], "first": embeddings[0].tolist()}
-print(json.dumps({
-    "corpora": results,
-    "threads": torch.get_num_threads(),
-    "version": "torch " + torch.__version__ + ", sentence-transformers " + sentence_transformers.__version__,
-}))
+    first = {name: model.encode(corpus, batch_size=batch)[0].tolist() for name, corpus in corpora.items()}
+    print(json.dumps({
+        "version": "torch " + torch.__version__ + ", sentence-transformers " + sentence_transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "load_ms": load_ms,
+        "first": first,
+    }), flush=True)
+    for line in sys.stdin:
+        corpus = corpora[line.strip()]
+        start = time.perf_counter()
+        embeddings = model.encode(corpus, batch_size=batch)
+        seconds = time.perf_counter() - start
+        assert len(embeddings) == len(corpus)
+        print(json.dumps({"seconds": seconds}), flush=True)
 "#;
 
 fn model_folder() -> PathBuf {
@@ -97,58 +104,126 @@ fn long_texts(encoder: &SentenceEncoder, sentences: &[String]) -> nnx::Result<Ve
     Ok(texts)
 }
 
-/// The embeddings of one side for one corpus: sentences per second and the first embedding.
-struct Measured {
-    rate: f64,
-    first: Vec<f32>,
+/// A running peer: loaded, warmed up, waiting for corpus names.
+struct Running {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// Everything the peer writes to stderr, read on a thread so that it never blocks.
+    stderr: Option<JoinHandle<String>>,
+    what: String,
+    version: String,
+    threads: u64,
+    load_ms: f64,
+    /// The embedding of each corpus' first text, to check against nnx's.
+    first: BTreeMap<String, Vec<f32>>,
+    /// The seconds of each timed pass, per corpus.
+    seconds: BTreeMap<String, Vec<f64>>,
 }
 
-/// What a peer measured, or why it did not run.
+/// A peer: running, or why it is not.
 enum Peer {
-    Ran { corpora: BTreeMap<String, Measured>, threads: u64, version: String, load_ms: Option<f64> },
+    Running(Box<Running>),
     NotRun(String),
 }
 
 impl Peer {
-    /// Reads the JSON object a peer printed.
-    fn parse(stdout: &[u8]) -> Option<Peer> {
-        let value: serde_json::Value = serde_json::from_slice(stdout).ok()?;
-        let mut corpora = BTreeMap::new();
-        for (name, result) in value["corpora"].as_object()? {
-            let first =
-                result["first"].as_array()?.iter().map(|x| x.as_f64().map(|x| x as f32)).collect::<Option<_>>()?;
-            corpora.insert(name.clone(), Measured { rate: result["rate"].as_f64()?, first });
+    /// Starts `command`, sends it the corpora and waits until it has loaded and warmed up.
+    fn start(mut command: Command, what: String, corpora: &[Corpus]) -> Peer {
+        let spawned = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(error) => return Peer::NotRun(format!("cannot run {what}: {error}")),
+        };
+        let (Some(stdin), Some(stdout), Some(mut stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Peer::NotRun(format!("{what} has no pipes"));
+        };
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let mut running = Running {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            stderr: Some(stderr),
+            what,
+            version: String::new(),
+            threads: 0,
+            load_ms: 0.0,
+            first: BTreeMap::new(),
+            seconds: BTreeMap::new(),
+        };
+        let input: BTreeMap<&str, &[String]> = corpora.iter().map(|c| (c.name, c.texts.as_slice())).collect();
+        let ready = serde_json::to_string(&input).expect("lists of strings are JSON");
+        let Some(value) = running.ask(&ready) else { return Peer::NotRun(running.failure()) };
+        let first = value["first"].as_object().map(|first| {
+            first
+                .iter()
+                .filter_map(|(name, values)| {
+                    let values: Option<Vec<f32>> =
+                        values.as_array()?.iter().map(|x| x.as_f64().map(|x| x as f32)).collect();
+                    Some((name.clone(), values?))
+                })
+                .collect()
+        });
+        match (value["version"].as_str(), value["threads"].as_u64(), value["load_ms"].as_f64(), first) {
+            (Some(version), Some(threads), Some(load_ms), Some(first)) => {
+                running.version = version.to_string();
+                (running.threads, running.load_ms, running.first) = (threads, load_ms, first);
+                Peer::Running(Box::new(running))
+            }
+            _ => {
+                Peer::NotRun(format!("{} answered without its version, threads, load time or embeddings", running.what))
+            }
         }
-        Some(Peer::Ran {
-            corpora,
-            threads: value["threads"].as_u64()?,
-            version: value["version"].as_str()?.to_string(),
-            load_ms: value["load_ms"].as_f64(),
-        })
+    }
+
+    /// One timed pass of `corpus`; a peer that fails becomes [`Peer::NotRun`].
+    fn pass(&mut self, corpus: &str) {
+        let Peer::Running(running) = self else { return };
+        match running.ask(corpus).and_then(|value| value["seconds"].as_f64()) {
+            Some(seconds) => running.seconds.entry(corpus.to_string()).or_default().push(seconds),
+            None => *self = Peer::NotRun(running.failure()),
+        }
+    }
+
+    /// The median sentences per second of `corpus`, of `texts` texts.
+    fn rate(&self, corpus: &str, texts: usize) -> Option<f64> {
+        let Peer::Running(running) = self else { return None };
+        running.seconds.get(corpus).map(|seconds| texts as f64 / median(seconds))
     }
 }
 
-/// Runs a peer process with the corpora as JSON on its stdin.
-fn run_peer(mut command: Command, what: &str, corpora: &[Corpus]) -> Peer {
-    let mut child = match command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
-        Ok(child) => child,
-        Err(error) => return Peer::NotRun(format!("cannot run {what}: {error}")),
-    };
-    let input: BTreeMap<&str, &[String]> = corpora.iter().map(|c| (c.name, c.texts.as_slice())).collect();
-    if let Some(mut stdin) = child.stdin.take() {
-        // A peer that exits early closes its stdin; its stderr then says why.
-        let _ = stdin.write_all(&serde_json::to_vec(&input).expect("lists of strings are JSON"));
+impl Running {
+    /// Sends one line and reads the JSON line that answers it.
+    fn ask(&mut self, line: &str) -> Option<serde_json::Value> {
+        writeln!(self.stdin, "{line}").ok()?;
+        self.stdin.flush().ok()?;
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).ok()?;
+        serde_json::from_str(&answer).ok()
     }
-    let output = match child.wait_with_output() {
-        Ok(output) => output,
-        Err(error) => return Peer::NotRun(format!("{what} did not finish: {error}")),
-    };
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
+
+    /// Why the peer stopped answering: the last line of its stderr.
+    fn failure(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let stderr = self.stderr.take().and_then(|thread| thread.join().ok()).unwrap_or_default();
         let last = stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("no message");
-        return Peer::NotRun(format!("{what} failed: {last}"));
+        format!("{} failed: {last}", self.what)
     }
-    Peer::parse(&output.stdout).unwrap_or_else(|| Peer::NotRun(format!("{what} printed no result")))
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // The peer would wait for another corpus name.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// candle: `benches/candle-bert-peer`, built in release mode on first use.
@@ -156,7 +231,7 @@ fn candle_peer(folder: &Path, corpora: &[Corpus]) -> Peer {
     let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches").join("candle-bert-peer");
     let target = std::env::var_os("NNX_CANDLE_PEER_TARGET").map_or_else(|| package.join("target"), PathBuf::from);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("building and running the candle peer (the first build takes minutes)");
+    eprintln!("building and starting the candle peer (the first build takes minutes)");
     let mut command = Command::new(cargo);
     command
         .args(["run", "--release", "--quiet", "--manifest-path"])
@@ -165,9 +240,8 @@ fn candle_peer(folder: &Path, corpora: &[Corpus]) -> Peer {
         .arg(target)
         .arg("--")
         .arg(folder)
-        .arg(BATCH.to_string())
-        .arg(RUNS.to_string());
-    run_peer(command, "the candle peer", corpora)
+        .arg(BATCH.to_string());
+    Peer::start(command, "the candle peer".into(), corpora)
 }
 
 /// PyTorch sentence-transformers, in the Python of [`common::python`].
@@ -179,28 +253,19 @@ fn torch_peer(folder: &Path, corpora: &[Corpus]) -> Peer {
         .arg(TORCH_SCRIPT)
         .arg(folder)
         .arg(BATCH.to_string())
-        .arg(RUNS.to_string())
         .env("HF_HUB_OFFLINE", "1")
         .env("TRANSFORMERS_OFFLINE", "1");
-    match run_peer(command, &python.display().to_string(), corpora) {
+    match Peer::start(command, python.display().to_string(), corpora) {
         Peer::NotRun(reason) => Peer::NotRun(format!("{reason}; scripts/bench-setup.sh installs it")),
-        ran => ran,
+        running => running,
     }
 }
 
-/// nnx on one corpus: a warm-up pass, then the median of [`RUNS`] passes.
-fn measure(encoder: &SentenceEncoder, texts: &[String]) -> nnx::Result<Measured> {
-    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let first = encoder.encode(&texts, BATCH)?.swap_remove(0);
-    let mut rates = Vec::with_capacity(RUNS);
-    for _ in 0..RUNS {
-        let start = Instant::now();
-        let embeddings = encoder.encode(&texts, BATCH)?;
-        assert_eq!(embeddings.len(), texts.len());
-        rates.push(texts.len() as f64 / start.elapsed().as_secs_f64());
-    }
-    rates.sort_by(f64::total_cmp);
-    Ok(Measured { rate: rates[rates.len() / 2], first })
+/// The median of some timings.
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
 }
 
 /// The cosine similarity of two embeddings.
@@ -211,43 +276,44 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// The cells of one peer for one corpus: its rate and nnx's ratio to it.
-fn peer_cells(peer: &Peer, corpus: &str, ours: f64, target: Option<f64>) -> (String, String) {
-    match peer {
-        Peer::Ran { corpora, .. } => match corpora.get(corpus) {
-            Some(theirs) => {
-                let ratio = ours / theirs.rate;
-                let verdict = target.map_or_else(String::new, |target| {
-                    format!(" (>= {target}: {})", if ratio >= target { "met" } else { "missed" })
-                });
-                (format!("{:.0}", theirs.rate), format!("{ratio:.2}x{verdict}"))
-            }
-            None => ("no result".into(), "-".into()),
-        },
-        Peer::NotRun(_) => ("not run".into(), "-".into()),
+fn peer_cells(peer: &Peer, corpus: &Corpus, ours: f64, target: Option<f64>) -> (String, String) {
+    match peer.rate(corpus.name, corpus.texts.len()) {
+        Some(theirs) => {
+            let ratio = ours / theirs;
+            let verdict = target.map_or_else(String::new, |target| {
+                format!(" (>= {target}: {})", if ratio >= target { "met" } else { "missed" })
+            });
+            (format!("{theirs:.0}"), format!("{ratio:.2}x{verdict}"))
+        }
+        None => ("not run".into(), "-".into()),
     }
 }
 
 fn peer_threads(peer: &Peer) -> String {
     match peer {
-        Peer::Ran { threads, .. } => threads.to_string(),
+        Peer::Running(running) => running.threads.to_string(),
         Peer::NotRun(_) => "-".into(),
     }
 }
 
 /// One line about a peer below the table: its version, load time and whether its first
 /// embedding of each corpus agrees with nnx's, or why it did not run.
-fn peer_note(name: &str, peer: &Peer, ours: &BTreeMap<&str, Measured>) -> String {
+fn peer_note(name: &str, peer: &Peer, ours: &BTreeMap<&str, Vec<f32>>) -> String {
     match peer {
-        Peer::Ran { corpora, version, load_ms, .. } => {
-            let agreement: Vec<String> = corpora
+        Peer::Running(running) => {
+            let agreement: Vec<String> = running
+                .first
                 .iter()
                 .filter_map(|(corpus, theirs)| {
-                    let mine = ours.get(corpus.as_str())?;
-                    Some(format!("{corpus} {:.6}", cosine(&mine.first, &theirs.first)))
+                    Some(format!("{corpus} {:.6}", cosine(ours.get(corpus.as_str())?, theirs)))
                 })
                 .collect();
-            let load = load_ms.map_or_else(String::new, |ms| format!(", model load {ms:.1} ms"));
-            format!("{name}: {version}{load}; cosine of its first embedding with nnx's: {}", agreement.join(", "))
+            format!(
+                "{name}: {}, model load {:.1} ms; cosine of its first embedding with nnx's: {}",
+                running.version,
+                running.load_ms,
+                agreement.join(", ")
+            )
         }
         Peer::NotRun(reason) => format!("{name}: not run ({reason})"),
     }
@@ -291,32 +357,50 @@ fn main() -> nnx::Result<()> {
         let tokens: usize = encoder.tokenize(&borrowed)?.iter().map(Vec::len).sum();
         corpora.push(Corpus { name, mean_tokens: tokens as f64 / texts.len() as f64, texts });
     }
-    let mut ours = BTreeMap::new();
-    for corpus in &corpora {
-        ours.insert(corpus.name, measure(&encoder, &corpus.texts)?);
-    }
-    let (candle, torch) = if peers {
-        (candle_peer(&folder, &corpora), torch_peer(&folder, &corpora))
-    } else {
-        let skipped = || Peer::NotRun("--no-peers".into());
-        (skipped(), skipped())
-    };
 
-    println!("all-MiniLM-L6-v2, batch {BATCH}, sentences per second (median of {RUNS} passes, load excluded)");
+    // Warm-up: nnx's first pass of each corpus, then the peers load and make theirs.
+    let mut first = BTreeMap::new();
+    for corpus in &corpora {
+        let texts: Vec<&str> = corpus.texts.iter().map(String::as_str).collect();
+        first.insert(corpus.name, encoder.encode(&texts, BATCH)?.swap_remove(0));
+    }
+    let mut peers: [(&str, Peer); 2] = if peers {
+        [("candle", candle_peer(&folder, &corpora)), ("PyTorch", torch_peer(&folder, &corpora))]
+    } else {
+        [("candle", Peer::NotRun("--no-peers".into())), ("PyTorch", Peer::NotRun("--no-peers".into()))]
+    };
+    let mut ours: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for _ in 0..RUNS {
+        for corpus in &corpora {
+            let texts: Vec<&str> = corpus.texts.iter().map(String::as_str).collect();
+            let start = Instant::now();
+            let embeddings = encoder.encode(&texts, BATCH)?;
+            ours.entry(corpus.name).or_default().push(start.elapsed().as_secs_f64());
+            assert_eq!(embeddings.len(), texts.len());
+            for (_, peer) in &mut peers {
+                peer.pass(corpus.name);
+            }
+        }
+    }
+
+    let [(_, candle), (_, torch)] = &peers;
+    println!(
+        "all-MiniLM-L6-v2, batch {BATCH}, sentences per second (median of {RUNS} interleaved passes, load excluded)"
+    );
     println!("model folder: {}", folder.display());
     println!("nnx model load (map + import): {:.1} ms", load.as_secs_f64() * 1e3);
     println!();
     println!(
         "| corpus | texts | mean tokens | nnx ({} threads) | candle ({} threads) | nnx / candle | PyTorch ({} threads) | nnx / PyTorch |",
         common::rayon_threads(),
-        peer_threads(&candle),
-        peer_threads(&torch),
+        peer_threads(candle),
+        peer_threads(torch),
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for corpus in &corpora {
-        let rate = ours[corpus.name].rate;
-        let (candle_rate, candle_ratio) = peer_cells(&candle, corpus.name, rate, Some(TARGET));
-        let (torch_rate, torch_ratio) = peer_cells(&torch, corpus.name, rate, None);
+        let rate = corpus.texts.len() as f64 / median(&ours[corpus.name]);
+        let (candle_rate, candle_ratio) = peer_cells(candle, corpus, rate, Some(TARGET));
+        let (torch_rate, torch_ratio) = peer_cells(torch, corpus, rate, None);
         println!(
             "| {} | {} | {:.1} | {rate:.0} | {candle_rate} | {candle_ratio} | {torch_rate} | {torch_ratio} |",
             corpus.name,
@@ -325,7 +409,8 @@ fn main() -> nnx::Result<()> {
         );
     }
     println!();
-    println!("{}", peer_note("candle", &candle, &ours));
-    println!("{}", peer_note("PyTorch", &torch, &ours));
+    for (name, peer) in &peers {
+        println!("{}", peer_note(name, peer, &first));
+    }
     Ok(())
 }

@@ -3,22 +3,24 @@
 //! normalisation, on candle's CPU backend in f32.
 //!
 //! ```text
-//! candle-bert-peer FOLDER BATCH RUNS < corpora.json
+//! candle-bert-peer FOLDER BATCH
 //! ```
 //!
-//! Standard input holds a JSON object of named corpora (`{"short": [...], "long": [...]}`). Each
-//! corpus is encoded once as a warm-up and then `RUNS` times; a pass is what a caller of an
-//! `encode(sentences)` waits for: tokenizing, padding each batch to its longest sentence, the
-//! model, pooling and normalising, with the embeddings copied out. As sentence-transformers does,
-//! the sentences are sorted by length before batching (less padding) and the embeddings returned
-//! in input order. One JSON object is printed: the load time, candle's thread count, and per
-//! corpus the median sentences per second and the first sentence's embedding (so the caller can
-//! check it against its own).
+//! It speaks lines on stdin and stdout. The first line in is a JSON object of named corpora
+//! (`{"short": [...], "long": [...]}`); the peer loads the model, encodes each corpus once as a
+//! warm-up and answers with one JSON line: candle's version and thread count, the load time and
+//! the embedding of each corpus' first text (so the caller can check it against its own). Then
+//! each line in names a corpus, and the peer answers `{"seconds": ...}`, the time of one pass. A
+//! pass is what a caller of an `encode(sentences)` waits for: tokenizing, padding each batch to
+//! its longest sentence, the model, pooling and normalising, with the embeddings copied out. As
+//! sentence-transformers does, the sentences are sorted by length before batching (less padding)
+//! and the embeddings returned in input order.
 //!
-//! Run it through the bench; by hand: `cargo run --release --manifest-path
-//! benches/candle-bert-peer/Cargo.toml -- FOLDER 32 5 < corpora.json`.
+//! `cargo bench --bench minilm` builds and runs it with `cargo run --release --manifest-path
+//! benches/candle-bert-peer/Cargo.toml -- FOLDER 32`.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -115,36 +117,46 @@ impl Encoder {
 
 fn run() -> Result<(), Failure> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [folder, batch, runs] = args.as_slice() else {
-        return Err(Failure("usage: candle-bert-peer FOLDER BATCH RUNS < corpora.json".into()));
+    let [folder, batch] = args.as_slice() else {
+        return Err(Failure("usage: candle-bert-peer FOLDER BATCH, with the corpora on stdin".into()));
     };
-    let folder = PathBuf::from(folder);
-    let (batch, runs): (usize, usize) = (batch.parse()?, runs.parse::<usize>()?.max(1));
-    let corpora: BTreeMap<String, Vec<String>> = serde_json::from_reader(std::io::stdin().lock())?;
+    let (folder, batch) = (PathBuf::from(folder), batch.parse::<usize>()?);
+    let mut lines = std::io::stdin().lock().lines();
+    let corpora: BTreeMap<String, Vec<String>> =
+        serde_json::from_str(&lines.next().ok_or_else(|| Failure("no corpora on stdin".into()))??)?;
+    let corpora: BTreeMap<&str, Vec<&str>> =
+        corpora.iter().map(|(name, texts)| (name.as_str(), texts.iter().map(String::as_str).collect())).collect();
     let start = Instant::now();
     let encoder = Encoder::load(&folder)?;
     let load_ms = start.elapsed().as_secs_f64() * 1e3;
-    let mut results = serde_json::Map::new();
-    for (name, corpus) in &corpora {
-        let sentences: Vec<&str> = corpus.iter().map(String::as_str).collect();
-        let first = encoder.encode(&sentences, batch)?.into_iter().next().unwrap_or_default();
-        let mut rates = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            let start = Instant::now();
-            let embeddings = encoder.encode(&sentences, batch)?;
-            rates.push(sentences.len() as f64 / start.elapsed().as_secs_f64());
-            std::hint::black_box(embeddings);
-        }
-        rates.sort_by(f64::total_cmp);
-        results.insert(name.clone(), serde_json::json!({ "rate": rates[rates.len() / 2], "first": first }));
+    let mut first = serde_json::Map::new();
+    for (name, sentences) in &corpora {
+        let embedding = encoder.encode(sentences, batch)?.into_iter().next().unwrap_or_default();
+        first.insert(name.to_string(), serde_json::json!(embedding));
     }
-    let report = serde_json::json!({
-        "load_ms": load_ms,
-        "threads": candle_core::utils::get_num_threads(),
+    let mut stdout = std::io::stdout().lock();
+    let ready = serde_json::json!({
         "version": "candle-transformers 0.11, CPU, f32",
-        "corpora": results,
+        "threads": candle_core::utils::get_num_threads(),
+        "load_ms": load_ms,
+        "first": first,
     });
-    println!("{report}");
+    writeln!(stdout, "{ready}")?;
+    stdout.flush()?;
+    for line in lines {
+        let line = line?;
+        let name = line.trim();
+        if name.is_empty() {
+            continue;
+        }
+        let sentences = corpora.get(name).ok_or_else(|| Failure(format!("no corpus `{name}`")))?;
+        let start = Instant::now();
+        let embeddings = encoder.encode(sentences, batch)?;
+        let seconds = start.elapsed().as_secs_f64();
+        std::hint::black_box(embeddings);
+        writeln!(stdout, "{}", serde_json::json!({ "seconds": seconds }))?;
+        stdout.flush()?;
+    }
     Ok(())
 }
 

@@ -846,6 +846,8 @@ mod tests {
         let qkv = values(70 * 48, 34);
         type Finish = fn(&mut [f32], usize, Option<&[f32]>, Epilogue<'_>);
         type Attend = fn(&[f32], HeadShape, Sequence, &mut [f32], &mut Vec<f32>);
+        // Only x86-64 adds variants to the portable one.
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut variants: Vec<(Finish, Attend)> = vec![(finish, attend)];
         #[cfg(target_arch = "x86_64")]
         {

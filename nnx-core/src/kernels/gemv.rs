@@ -298,6 +298,8 @@ mod tests {
         let x = random(&[rows, width], 5);
         let weight = random(&[out_features, width], 6);
         type Block = fn(&[f32], usize, usize, Weight<'_>, usize, &mut [f32]);
+        // Only x86-64 adds variants to the portable one.
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut variants: Vec<(&str, Block)> = vec![("portable", block::<false>)];
         #[cfg(target_arch = "x86_64")]
         {
