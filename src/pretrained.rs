@@ -849,6 +849,7 @@ fn load<M: Pretrained>(dir: &Path) -> Result<M> {
 ///
 /// # Errors
 /// [`Error::Load`] listing every problem, or the error of reading a shard.
+#[cfg_attr(not(feature = "text"), allow(dead_code))]
 pub(crate) fn load_weights<M: Module + ModuleOn<Host>>(archive: &Archive, model: &mut M) -> Result<ImportReport> {
     let own = in_model_names(model, archive);
     load_layout(archive, model, own)
