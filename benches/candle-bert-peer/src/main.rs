@@ -10,8 +10,8 @@
 //! (`{"short": [...], "long": [...]}`); the peer loads the model, encodes each corpus once as a
 //! warm-up and answers with one JSON line: candle's version and thread count, the load time and
 //! the embedding of each corpus' first text (so the caller can check it against its own). Then
-//! each line in names a corpus, and the peer answers `{"seconds": ...}`, the time of one pass. A
-//! pass is what a caller of an `encode(sentences)` waits for: tokenizing, padding each batch to
+//! each line in names a corpus, and the peer answers `{"seconds": ...}`, the time of one pass; a
+//! count after the name (`long 4`) encodes only the first texts, as a warm-up. A pass is what a caller of an `encode(sentences)` waits for: tokenizing, padding each batch to
 //! its longest sentence, the model, pooling and normalising, with the embeddings copied out. As
 //! sentence-transformers does, the sentences are sorted by length before batching (less padding)
 //! and the embeddings returned in input order.
@@ -145,11 +145,11 @@ fn run() -> Result<(), Failure> {
     stdout.flush()?;
     for line in lines {
         let line = line?;
-        let name = line.trim();
-        if name.is_empty() {
-            continue;
-        }
+        let mut words = line.split_whitespace();
+        let Some(name) = words.next() else { continue };
         let sentences = corpora.get(name).ok_or_else(|| Failure(format!("no corpus `{name}`")))?;
+        let count = words.next().map(str::parse::<usize>).transpose()?.unwrap_or(sentences.len());
+        let sentences = &sentences[..count.min(sentences.len())];
         let start = Instant::now();
         let embeddings = encoder.encode(sentences, batch)?;
         let seconds = start.elapsed().as_secs_f64();
