@@ -43,26 +43,17 @@ pub(crate) fn affine_gemv(
         super::Rounding::BF16 => true,
         super::Rounding::F16 => return None,
     };
+    // The 4-bit AVX2 kernel reads x in its unpacking order; the others in the stored order.
     #[cfg(target_arch = "x86_64")]
-    if bits == 4 && group.is_multiple_of(64) && avx2::available() {
-        let x = avx2::nibble_order(x);
-        let kernel = if bf16 { avx2::q4_row::<true> } else { avx2::q4_row::<false> };
-        y.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(task, out)| {
-            let first = task * ROWS_PER_TASK;
-            for (at, value) in out.iter_mut().enumerate() {
-                let row = first + at;
-                let words = &words[row * row_words..(row + 1) * row_words];
-                let scales = &scales[row * groups..(row + 1) * groups];
-                let biases = &biases[row * groups..(row + 1) * groups];
-                *value = kernel(group, words, scales, biases, &x, &x_sums);
-            }
-        });
-        return Some(y);
-    }
-    if bf16 {
-        return None;
-    }
-    let kernel = select(bits)?;
+    let q4 = (bits == 4 && group.is_multiple_of(64) && avx2::available()).then(|| avx2::nibble_order(x));
+    #[cfg(not(target_arch = "x86_64"))]
+    let q4: Option<Vec<f32>> = None;
+    let (kernel, x): (RowKernel, &[f32]) = match &q4 {
+        #[cfg(target_arch = "x86_64")]
+        Some(ordered) => (if bf16 { avx2::q4_row::<true> } else { avx2::q4_row::<false> }, ordered),
+        _ if bf16 => return None,
+        _ => (select(bits)?, x),
+    };
     y.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(task, out)| {
         let first = task * ROWS_PER_TASK;
         for (at, value) in out.iter_mut().enumerate() {
