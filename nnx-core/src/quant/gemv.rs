@@ -143,73 +143,122 @@ mod avx2 {
         out
     }
 
-    /// `x` reordered for [`seed_row`]: within each block of 8, the order in which the
-    /// horizontal add leaves the values (0, 1, 4, 5, 2, 3, 6, 7).
-    pub(super) fn seed_order(x: &[f32]) -> Vec<f32> {
-        x.chunks_exact(8).flat_map(|block| [0, 1, 4, 5, 2, 3, 6, 7].map(|at| block[at])).collect()
-    }
-
-    /// One output value of a SEED weight: per block, the basis rows from the table times the
-    /// coefficients (`madd` of i16 pairs, then a horizontal add: the decoder's exact integer
-    /// sums), times the block's scale, rounded to bf16 in integer arithmetic, times `x`.
-    pub(super) fn seed_row(slice: &super::SeedSlice<'_>, table: &[[i16; 32]], row: usize, x: &[f32]) -> f32 {
+    /// One output value of a SEED weight: per block, the basis pairs from the table times the
+    /// coefficient pairs (two `madd` of i16 pairs and one add: the decoder's exact integer sums,
+    /// value `c` in lane `c`), times the block's scale, rounded to bf16 in integer arithmetic,
+    /// times `x`. Two blocks per step, each into an accumulator of its own.
+    pub(super) fn seed_row(
+        slice: &super::SeedSlice<'_>,
+        table: &[[i16; 32]],
+        scales: &[f32; 16],
+        row: usize,
+        x: &[f32],
+    ) -> f32 {
         // SAFETY: callers check `available` first.
-        unsafe { seed_row_avx2(slice, table, row, x) }
+        unsafe { seed_row_avx2(slice, table, scales, row, x) }
     }
 
     /// Blocks ahead whose basis rows are fetched early.
     const PREFETCH: usize = 16;
 
+    /// Multipliers that move each coefficient nibble of a block's 16-bit word to the top of its
+    /// i16 lane (an arithmetic shift right by 12 then sign-extends it): `[q0, q1]` and
+    /// `[q2, q3]` pairs in every 32-bit lane. A zero multiplier leaves SEED4's missing `q3` 0.
+    fn nibble_multipliers(coefficients: usize) -> [__m256i; 2] {
+        // SAFETY: plain register constructors; AVX is enabled wherever this is inlined.
+        let pair = |low: i16, high: i16| unsafe { _mm256_set1_epi32(i32::from(low as u16) | (i32::from(high) << 16)) };
+        if coefficients == 3 {
+            // Bits 4-7, 8-11, 12-15 (bits 0-3 are the exponent code).
+            [pair(1 << 8, 1 << 4), pair(1, 0)]
+        } else {
+            // Bits 0-3, 4-7, 8-11, 12-15.
+            [pair(1 << 12, 1 << 8), pair(1 << 4, 1)]
+        }
+    }
+
+    /// One block of a SEED row: its 8 weights decoded from the basis pairs and the coefficient
+    /// word, times `x`, added to `sum`.
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn seed_row_avx2(slice: &super::SeedSlice<'_>, table: &[[i16; 32]], row: usize, x: &[f32]) -> f32 {
-        use crate::quant::seed::{block_scale, nibble};
+    fn seed_block(
+        basis: &[i16; 32],
+        word: u16,
+        multipliers: [__m256i; 2],
+        scale: f32,
+        x: &[f32],
+        sum: __m256,
+    ) -> __m256 {
+        let word = _mm256_set1_epi16(word as i16);
+        let q_low = _mm256_srai_epi16::<12>(_mm256_mullo_epi16(word, multipliers[0]));
+        let q_high = _mm256_srai_epi16::<12>(_mm256_mullo_epi16(word, multipliers[1]));
+        assert_eq!(x.len(), 8);
+        // SAFETY: `basis` holds 32 i16 (two 256-bit loads) and `x` 8 values; the loads are
+        // unaligned.
+        unsafe {
+            let sums = _mm256_add_epi32(
+                _mm256_madd_epi16(_mm256_loadu_si256(basis.as_ptr().cast::<__m256i>()), q_low),
+                _mm256_madd_epi16(_mm256_loadu_si256(basis.as_ptr().add(16).cast::<__m256i>()), q_high),
+            );
+            let values = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(scale));
+            // Round to bf16, ties to even: add 0x7fff plus the lowest kept bit, then clear the
+            // low half (the values are finite: the exponent is in the normal range).
+            let bits = _mm256_castps_si256(values);
+            let lowest = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), _mm256_set1_epi32(1));
+            let rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lowest));
+            let rounded = _mm256_and_si256(rounded, _mm256_set1_epi32(0xffff_0000_u32 as i32));
+            _mm256_fmadd_ps(_mm256_castsi256_ps(rounded), _mm256_loadu_ps(x.as_ptr()), sum)
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn seed_row_avx2(
+        slice: &super::SeedSlice<'_>,
+        table: &[[i16; 32]],
+        scales: &[f32; 16],
+        row: usize,
+        x: &[f32],
+    ) -> f32 {
         let first = slice.first_block + row * slice.blocks;
         let seeds = &slice.seeds[first..first + slice.blocks];
         let words = &slice.words[first..first + slice.blocks];
         assert_eq!(x.len(), slice.blocks * 8, "one x value per weight column");
-        let round = _mm256_set1_epi32(0x7fff);
-        let one = _mm256_set1_epi32(1);
-        let keep = _mm256_set1_epi32(0xffff_0000_u32 as i32);
-        let mut a = _mm256_setzero_ps();
-        let mut b = _mm256_setzero_ps();
-        for (j, (&seed, &word)) in seeds.iter().zip(words).enumerate() {
-            // The basis rows are scattered over the table: ask for a later block's early.
-            if let Some(&later) = seeds.get(j + PREFETCH) {
-                let later = table[usize::from(later)].as_ptr().cast::<i8>();
-                _mm_prefetch::<_MM_HINT_T0>(later);
-            }
-            let word = u32::from(word);
-            let (q, code) = if slice.coefficients == 3 {
-                ([nibble(word, 4), nibble(word, 8), nibble(word, 12), 0], word & 0xf)
+        let [low_multiplier, high_multiplier] = nibble_multipliers(slice.coefficients);
+        let code = |j: usize| -> usize {
+            if slice.coefficients == 3 {
+                usize::from(words[j] & 0xf)
             } else {
                 let g = first + j;
-                let code = u32::from(slice.codes[g / 2] >> (4 * (g % 2))) & 0xf;
-                ([nibble(word, 0), nibble(word, 4), nibble(word, 8), nibble(word, 12)], code)
-            };
-            let packed =
-                q.iter().enumerate().fold(0u64, |packed, (p, &q)| packed | (u64::from(q as i16 as u16) << (16 * p)));
-            let scale = block_scale(slice.exp_bias + code as i32);
-            let basis = &table[usize::from(seed)];
-            // SAFETY: `basis` holds 32 i16 (two 256-bit loads) and `x` 8 values at `8 j`
-            // (asserted above); the loads are unaligned.
-            unsafe {
-                let q = _mm256_set1_epi64x(packed as i64);
-                let low = _mm256_madd_epi16(_mm256_loadu_si256(basis.as_ptr().cast::<__m256i>()), q);
-                let high = _mm256_madd_epi16(_mm256_loadu_si256(basis.as_ptr().add(16).cast::<__m256i>()), q);
-                let sums = _mm256_hadd_epi32(low, high);
-                let values = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(scale));
-                // Round to bf16, ties to even: add 0x7fff plus the lowest kept bit, then clear
-                // the low half (the values are finite: the exponent is in the normal range).
-                let bits = _mm256_castps_si256(values);
-                let lowest = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), one);
-                let rounded = _mm256_and_si256(_mm256_add_epi32(bits, _mm256_add_epi32(round, lowest)), keep);
-                let x = _mm256_loadu_ps(x.as_ptr().add(8 * j));
-                if j % 2 == 0 {
-                    a = _mm256_fmadd_ps(_mm256_castsi256_ps(rounded), x, a);
-                } else {
-                    b = _mm256_fmadd_ps(_mm256_castsi256_ps(rounded), x, b);
-                }
+                usize::from(slice.codes[g / 2] >> (4 * (g % 2))) & 0xf
             }
+        };
+        // One block's 8 weights times its 8 values of x, added to `sum`. (A macro, not a
+        // closure: closures do not take the function's target features and are not inlined.)
+        macro_rules! block {
+            ($j:expr, $sum:expr) => {{
+                let j = $j;
+                // The basis rows are scattered over the table: ask for a later block's early.
+                if let Some(&later) = seeds.get(j + PREFETCH) {
+                    _mm_prefetch::<_MM_HINT_T0>(table[usize::from(later)].as_ptr().cast::<i8>());
+                }
+                seed_block(
+                    &table[usize::from(seeds[j])],
+                    words[j],
+                    [low_multiplier, high_multiplier],
+                    scales[code(j)],
+                    &x[8 * j..8 * j + 8],
+                    $sum,
+                )
+            }};
+        }
+        let mut a = _mm256_setzero_ps();
+        let mut b = _mm256_setzero_ps();
+        let pairs = slice.blocks / 2;
+        for pair in 0..pairs {
+            a = block!(2 * pair, a);
+            b = block!(2 * pair + 1, b);
+        }
+        if slice.blocks % 2 == 1 {
+            a = block!(slice.blocks - 1, a);
         }
         let mut lanes = [0f32; 8];
         // SAFETY: `lanes` holds 8 f32.
@@ -364,11 +413,11 @@ pub(crate) fn seed_gemv(slice: &SeedSlice<'_>, x: &[f32]) -> Option<Vec<f32>> {
             return None;
         }
         let table = seed_table(slice.coefficients);
-        let x = avx2::seed_order(x);
+        let scales: [f32; 16] = std::array::from_fn(|code| super::seed::block_scale(slice.exp_bias + code as i32));
         let mut y = vec![0f32; slice.rows];
         y.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(task, out)| {
             for (at, value) in out.iter_mut().enumerate() {
-                *value = avx2::seed_row(slice, table, task * ROWS_PER_TASK + at, &x);
+                *value = avx2::seed_row(slice, table, &scales, task * ROWS_PER_TASK + at, x);
             }
         });
         Some(y)
@@ -380,8 +429,10 @@ pub(crate) fn seed_gemv(slice: &SeedSlice<'_>, x: &[f32]) -> Option<Vec<f32>> {
     }
 }
 
-/// For every seed, its block's basis as i16 `(state - 32768)`, 8 rows of 4 coefficients
-/// (zero past `coefficients`): the LFSR runs once per seed, not once per block.
+/// For every seed, its block's basis as i16 `S[c][p] = state - 32768` in the order of the
+/// register kernel: first the pairs `(S[c][0], S[c][1])` for c = 0..8, then the pairs
+/// `(S[c][2], S[c][3])` (zero past `coefficients`). The LFSR runs once per seed, not once per
+/// block.
 #[cfg(target_arch = "x86_64")]
 fn seed_table(coefficients: usize) -> &'static [[i16; 32]] {
     use std::sync::OnceLock;
@@ -391,7 +442,7 @@ fn seed_table(coefficients: usize) -> &'static [[i16; 32]] {
             .map(|seed| {
                 let bits = super::seed::sequence_bits(seed);
                 std::array::from_fn(|at| {
-                    let (c, p) = (at / 4, at % 4);
+                    let (c, p) = ((at % 16) / 2, 2 * (at / 16) + at % 2);
                     if p < coefficients {
                         (((bits >> (c * coefficients + p + 1)) & 0xffff) as i32 - 32768) as i16
                     } else {

@@ -66,9 +66,17 @@ pub(crate) fn block_scale(exponent: i32) -> f32 {
     let power = if (-126..=127).contains(&exponent) {
         f32::from_bits(((exponent + 127) as u32) << 23)
     } else {
-        2f32.powi(exponent)
+        power_outside_normal(exponent)
     };
     R32 * power
+}
+
+/// `2^exponent` for exponents outside the normal range. A call of its own: inlined, `powi`
+/// was evaluated for every block whichever branch was taken (a select instead of a branch).
+#[cold]
+#[inline(never)]
+fn power_outside_normal(exponent: i32) -> f32 {
+    2f32.powi(exponent)
 }
 
 /// Sign-extends a 4-bit two's-complement nibble.
