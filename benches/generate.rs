@@ -3,7 +3,9 @@
 //! intermediate 2048, vocabulary 32000, untied output; random weights), a prompt of 128 tokens
 //! and 64 new tokens, with F32 and with BF16 weights, for nnx and, in the same run, for
 //! candle-transformers' Llama on the same file and prompt (`benches/candle-peer`, built here
-//! with cargo), printed as a markdown table with both sides' threads.
+//! with cargo), printed as a markdown table with both sides' threads. A last row is nnx with
+//! the F32 model's projections and head quantized to MLX affine Q4 (groups of 64), compared
+//! with candle's F32 decoding (candle reads no MLX-quantized checkpoint).
 //!
 //! The checkpoints (`config.json` and `model.safetensors`, 536 MiB in F32 and 268 MiB in BF16)
 //! are written once into `nnx-bench-generate/` under `NNX_BENCH_DIR`, else the system temporary
@@ -23,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nnx::generate::{GenerationConfig, Generator};
+use nnx::models::CausalLm;
 use nnx::models::llama::{Llama, LlamaConfig};
 use nnx::nn::Init;
 use nnx::{Archive, DType};
@@ -93,16 +96,21 @@ struct Measured {
     generated: Vec<u32>,
 }
 
-/// nnx: the folder imported as views of the mapped file, a warm-up, then one timed generation.
-fn nnx_side(folder: &Path, dtype: DType, prompt: &[u32]) -> nnx::Result<Measured> {
+/// nnx: the folder imported as views of the mapped file.
+fn nnx_model(folder: &Path, dtype: DType) -> nnx::Result<Llama> {
     let config = LlamaConfig::from_file(folder.join("config.json"))?;
     let mut model = Llama::new(&config, dtype, Init::Meta);
     Archive::open(folder)?.import_into(&mut model, "")?;
+    Ok(model)
+}
+
+/// nnx: a warm-up, then the timed generations.
+fn nnx_side(model: &impl CausalLm, prompt: &[u32]) -> nnx::Result<Measured> {
     let greedy = |max_new_tokens| GenerationConfig { max_new_tokens, ..GenerationConfig::default() };
-    Generator::new(&model, &[&prompt[..8]], greedy(4))?.run()?;
+    Generator::new(model, &[&prompt[..8]], greedy(4))?.run()?;
     let (mut prefill, mut decode, mut generated) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..RUNS {
-        let generation = Generator::new(&model, &[prompt], greedy(NEW_TOKENS))?.run()?;
+        let generation = Generator::new(model, &[prompt], greedy(NEW_TOKENS))?.run()?;
         prefill.push(generation.timings.prefill_tokens_per_second());
         decode.push(generation.timings.decode_tokens_per_second());
         generated = generation.sequences.into_iter().next().unwrap_or_default();
@@ -165,9 +173,15 @@ fn main() -> nnx::Result<()> {
     let prompt = prompt();
     let mut rows = Vec::new();
     let mut notes = Vec::new();
+    let mut candle_f32 = None;
+    let mut quantized = None;
     for dtype in [DType::F32, DType::BF16] {
         let folder = checkpoint(dtype)?;
-        let ours = nnx_side(&folder, dtype, &prompt)?;
+        let model = nnx_model(&folder, dtype)?;
+        let ours = nnx_side(&model, &prompt)?;
+        if dtype == DType::F32 {
+            quantized = Some((model.quantize(4, 64)?, ours.generated.clone()));
+        }
         let theirs = if peers { candle_side(&folder, dtype, &prompt) } else { Err("not run (`--no-peers`)".into()) };
         rows.push(format!(
             "| {dtype:?} | nnx | {} | {:.1} | {:.2} | {} |",
@@ -181,6 +195,9 @@ fn main() -> nnx::Result<()> {
         ));
         match &theirs {
             Ok(theirs) => {
+                if dtype == DType::F32 {
+                    candle_f32 = Some(theirs.decode);
+                }
                 rows.push(format!(
                     "| {dtype:?} | candle-transformers | {} | {:.1} | {:.2} | 1.00x |",
                     theirs.threads, theirs.prefill, theirs.decode
@@ -192,6 +209,17 @@ fn main() -> nnx::Result<()> {
             }
             Err(reason) => rows.push(format!("| {dtype:?} | candle-transformers | - | - | - | not run: {reason} |")),
         }
+    }
+    if let Some((model, float_ids)) = quantized {
+        let ours = nnx_side(&model, &prompt)?;
+        rows.push(format!(
+            "| Q4 g64 (MLX affine, from F32) | nnx | {} | {:.1} | {:.2} | {} |",
+            ours.threads,
+            ours.prefill,
+            ours.decode,
+            candle_f32.map_or("-".to_string(), |theirs| format!("{:.2}x candle F32", ours.decode / theirs)),
+        ));
+        notes.push(format!("Q4 g64: greedy ids against nnx's F32 ones: {}", agreement(&ours.generated, &float_ids)));
     }
     println!(
         "Llama 134M (hidden 768, 12 layers, 12 heads, vocabulary 32000), prompt {PROMPT}, {NEW_TOKENS} new tokens, \

@@ -152,8 +152,15 @@ fn device_impls(container: &Container<'_>, krate: &TokenStream, device: &Ident) 
 
     let mut module_generics = rest.clone();
     let where_clause = module_generics.make_where_clause();
+    // Type parameters other than the device: a field typed by one (`W::Layer<D>`) is only
+    // known to hold tensors through a bound, as in `module_impls`.
+    let others: HashSet<&Ident> =
+        container.generics.type_params().map(|param| &param.ident).filter(|ident| *ident != device).collect();
     for (field, ty) in walked.iter().zip(&host_types) {
         where_clause.predicates.push(syn::parse_quote_spanned!(field.ty.span()=> #ty: #private::Module));
+        if field.attrs.has_import_rule() && mentions(field.ty, &others) {
+            where_clause.predicates.push(syn::parse_quote_spanned!(field.ty.span()=> #ty: #private::HoldsTensors));
+        }
     }
     let (impl_generics, _, where_clause) = module_generics.split_for_impl();
     let assertions = walked

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::{Affine, Dense, Project, Weights};
 use crate::generate::KvCache;
 use crate::nn::{Embedding, Init, Linear, RmsNorm};
 use crate::{Compute, DType, Device, Host, Module, Tensor};
@@ -162,67 +163,68 @@ impl LlamaConfig {
     }
 }
 
-/// Grouped-query self-attention.
+/// Grouped-query self-attention, its projections stored as `W` says.
 #[derive(Module, Clone, Debug)]
-pub struct Attention<D: Device = Host> {
+pub struct Attention<D: Device = Host, W: Weights = Dense> {
     /// `hidden -> heads * head_dim`.
     #[nnx(from = "q_proj")]
-    pub q: Linear<D>,
+    pub q: W::Layer<D>,
     /// `hidden -> kv_heads * head_dim`.
     #[nnx(from = "k_proj")]
-    pub k: Linear<D>,
+    pub k: W::Layer<D>,
     /// `hidden -> kv_heads * head_dim`.
     #[nnx(from = "v_proj")]
-    pub v: Linear<D>,
+    pub v: W::Layer<D>,
     /// `heads * head_dim -> hidden`.
     #[nnx(from = "o_proj")]
-    pub o: Linear<D>,
+    pub o: W::Layer<D>,
 }
 
 /// The SwiGLU feed-forward network: `down(silu(gate(x)) * up(x))`.
 #[derive(Module, Clone, Debug)]
-pub struct Mlp<D: Device = Host> {
+pub struct Mlp<D: Device = Host, W: Weights = Dense> {
     /// Gate projection.
     #[nnx(from = "gate_proj")]
-    pub gate: Linear<D>,
+    pub gate: W::Layer<D>,
     /// Up projection.
     #[nnx(from = "up_proj")]
-    pub up: Linear<D>,
+    pub up: W::Layer<D>,
     /// Down projection.
     #[nnx(from = "down_proj")]
-    pub down: Linear<D>,
+    pub down: W::Layer<D>,
 }
 
 /// One decoder layer.
 #[derive(Module, Clone, Debug)]
-pub struct Layer<D: Device = Host> {
+pub struct Layer<D: Device = Host, W: Weights = Dense> {
     /// Norm before attention.
     #[nnx(from = "input_layernorm")]
     pub attn_norm: RmsNorm<D>,
     /// Self-attention.
     #[nnx(from = "self_attn")]
-    pub attn: Attention<D>,
+    pub attn: Attention<D, W>,
     /// Norm before the MLP.
     #[nnx(from = "post_attention_layernorm")]
     pub mlp_norm: RmsNorm<D>,
     /// Feed-forward network.
-    pub mlp: Mlp<D>,
+    pub mlp: Mlp<D, W>,
 }
 
-/// Llama with its language-model head.
+/// Llama with its language-model head. `W` is how the projections (and the head) are stored:
+/// [`Dense`] as published, or packed by [`Llama::quantize`] / [`Llama::seed_encode`].
 #[derive(Module, Clone, Debug)]
-pub struct Llama<D: Device = Host> {
+pub struct Llama<D: Device = Host, W: Weights = Dense> {
     /// Token embeddings.
     #[nnx(from = "model.embed_tokens")]
     pub embed: Embedding<D>,
     /// The layers.
     #[nnx(from = "model.layers")]
-    pub layers: Vec<Layer<D>>,
+    pub layers: Vec<Layer<D, W>>,
     /// Final norm.
     #[nnx(from = "model.norm")]
     pub norm: RmsNorm<D>,
     /// Output projection.
-    pub lm_head: Linear<D>,
+    pub lm_head: W::Layer<D>,
     /// The configuration.
     #[nnx(skip)]
     pub config: LlamaConfig,
@@ -266,11 +268,64 @@ impl Llama {
             config: config.clone(),
         }
     }
+
+    /// This model with every projection and the head quantized to MLX affine `bits`-bit values
+    /// in groups of `group_size` (as `mlx.nn.quantize` does; the embedding and norms stay as
+    /// they are). A decoded token then reads about `bits / 32` of the f32 weight bytes.
+    ///
+    /// # Errors
+    /// As [`QuantizedLinear::from_linear`](crate::quant::QuantizedLinear::from_linear): an
+    /// unsupported width or group, or a width not a multiple of the group.
+    pub fn quantize(&self, bits: u32, group_size: usize) -> crate::Result<Llama<Host, Affine>> {
+        self.map_weights(|linear| Ok(crate::quant::QuantizedLinear::from_linear(linear, bits, group_size)?))
+    }
 }
 
-impl<D: Device> Llama<D>
+impl<W: Weights> Llama<Host, W> {
+    /// This model with every projection and the head turned into the layers of `V` by
+    /// `convert`: for example [`SeedLinear::from_linear`](crate::quant::SeedLinear::from_linear)
+    /// for [`Seed`](super::Seed), or
+    /// [`QuantizedLinear::to_linear`](crate::quant::QuantizedLinear::to_linear) back to
+    /// [`Dense`]. The embedding, norms and configuration are cloned.
+    ///
+    /// # Errors
+    /// The first error of `convert`.
+    pub fn map_weights<V: Weights>(
+        &self,
+        convert: impl Fn(&W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
+    ) -> crate::Result<Llama<Host, V>> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| {
+                let (attn, mlp) = (&layer.attn, &layer.mlp);
+                Ok(Layer {
+                    attn_norm: layer.attn_norm.clone(),
+                    attn: Attention {
+                        q: convert(&attn.q)?,
+                        k: convert(&attn.k)?,
+                        v: convert(&attn.v)?,
+                        o: convert(&attn.o)?,
+                    },
+                    mlp_norm: layer.mlp_norm.clone(),
+                    mlp: Mlp { gate: convert(&mlp.gate)?, up: convert(&mlp.up)?, down: convert(&mlp.down)? },
+                })
+            })
+            .collect::<crate::Result<Vec<_>>>()?;
+        Ok(Llama {
+            embed: self.embed.clone(),
+            layers,
+            norm: self.norm.clone(),
+            lm_head: convert(&self.lm_head)?,
+            config: self.config.clone(),
+        })
+    }
+}
+
+impl<D: Device, W: Weights> Llama<D, W>
 where
     Tensor<D>: Compute,
+    W::Layer<D>: Project<D>,
 {
     /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights of any
     /// float dtype; activations in f32), on the model's device.
@@ -287,19 +342,19 @@ where
         let mut h = self.embed.forward(ids)?;
         for layer in &self.layers {
             let x = layer.attn_norm.forward(&h)?;
-            let q = split_heads(layer.attn.q.forward(&x)?, config.num_attention_heads)?
+            let q = split_heads(layer.attn.q.project(&x)?, config.num_attention_heads)?
                 .rotary(&positions, config.theta())?;
-            let k = split_heads(layer.attn.k.forward(&x)?, config.kv_heads())?.rotary(&positions, config.theta())?;
-            let v = split_heads(layer.attn.v.forward(&x)?, config.kv_heads())?;
+            let k = split_heads(layer.attn.k.project(&x)?, config.kv_heads())?.rotary(&positions, config.theta())?;
+            let v = split_heads(layer.attn.v.project(&x)?, config.kv_heads())?;
             let context = Compute::attention(&q, &k, &v, true, None)?;
             let merged =
                 Compute::reshape(&context.permute(&[0, 2, 1, 3])?, &[seq, config.num_attention_heads * head_dim])?;
-            h = h.add(&layer.attn.o.forward(&merged)?)?;
+            h = h.add(&layer.attn.o.project(&merged)?)?;
             let x = layer.mlp_norm.forward(&h)?;
-            let gated = layer.mlp.gate.forward(&x)?.silu()?.mul(&layer.mlp.up.forward(&x)?)?;
-            h = h.add(&layer.mlp.down.forward(&gated)?)?;
+            let gated = layer.mlp.gate.project(&x)?.silu()?.mul(&layer.mlp.up.project(&x)?)?;
+            h = h.add(&layer.mlp.down.project(&gated)?)?;
         }
-        Ok(self.lm_head.forward(&self.norm.forward(&h)?)?)
+        self.lm_head.project(&self.norm.forward(&h)?)
     }
 
     /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,
@@ -332,30 +387,31 @@ where
         let mut h = self.embed.forward(ids)?;
         for (index, layer) in self.layers.iter().enumerate() {
             let x = layer.attn_norm.forward(&h)?;
-            let q = rotated_heads(layer.attn.q.forward(&x)?, config.num_attention_heads)?;
-            let k = rotated_heads(layer.attn.k.forward(&x)?, config.kv_heads())?;
-            let v = split_heads(layer.attn.v.forward(&x)?, config.kv_heads())?;
+            let q = rotated_heads(layer.attn.q.project(&x)?, config.num_attention_heads)?;
+            let k = rotated_heads(layer.attn.k.project(&x)?, config.kv_heads())?;
+            let v = split_heads(layer.attn.v.project(&x)?, config.kv_heads())?;
             let (keys, values) = cache.update(index, &k, &v)?;
             let context = Compute::attention(&q, &keys, &values, true, key_mask.as_deref())?;
             let merged = Compute::reshape(
                 &context.permute(&[0, 2, 1, 3])?,
                 &[batch * seq, config.num_attention_heads * head_dim],
             )?;
-            h = h.add(&layer.attn.o.forward(&merged)?)?;
+            h = h.add(&layer.attn.o.project(&merged)?)?;
             let x = layer.mlp_norm.forward(&h)?;
-            let gated = layer.mlp.gate.forward(&x)?.silu()?.mul(&layer.mlp.up.forward(&x)?)?;
-            h = h.add(&layer.mlp.down.forward(&gated)?)?;
+            let gated = layer.mlp.gate.project(&x)?.silu()?.mul(&layer.mlp.up.project(&x)?)?;
+            h = h.add(&layer.mlp.down.project(&gated)?)?;
         }
         cache.advance(seq)?;
         let last =
             Compute::reshape(&Compute::reshape(&h, &[batch, seq, hidden])?.narrow(1, seq - 1, 1)?, &[batch, hidden])?;
-        Ok(self.lm_head.forward(&self.norm.forward(&last)?)?)
+        self.lm_head.project(&self.norm.forward(&last)?)
     }
 }
 
-impl<D: Device> super::CausalLm for Llama<D>
+impl<D: Device, W: Weights> super::CausalLm for Llama<D, W>
 where
     Tensor<D>: Compute,
+    W::Layer<D>: Project<D>,
 {
     type Device = D;
 

@@ -7,7 +7,91 @@ pub mod llama;
 #[cfg(feature = "text")]
 pub mod sentence;
 
+use std::fmt::Debug;
 use std::path::Path;
+
+use nnx_core::quant::{QuantizedLinear, SeedLinear};
+use nnx_core::{Compute, Device, Host, Tensor};
+
+use crate::nn::Linear;
+
+/// A layer that maps the last axis of its input, dense or packed: what a model's projections
+/// need, so that one model definition runs over either.
+pub trait Project<D: Device> {
+    /// `x W^T + b` in f32, for `x` `[.., in]`.
+    ///
+    /// # Errors
+    /// The layer's own `forward` errors (a width that does not match, a meta weight).
+    fn project(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>>;
+}
+
+impl<D: Device> Project<D> for Linear<D>
+where
+    Tensor<D>: Compute,
+{
+    fn project(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
+        Ok(self.forward(x)?)
+    }
+}
+
+impl Project<Host> for QuantizedLinear {
+    fn project(&self, x: &Tensor) -> crate::Result<Tensor> {
+        Ok(self.forward(x)?)
+    }
+}
+
+impl Project<Host> for SeedLinear {
+    fn project(&self, x: &Tensor) -> crate::Result<Tensor> {
+        Ok(self.forward(x)?)
+    }
+}
+
+#[cfg(feature = "gpu")]
+impl Project<crate::Gpu> for QuantizedLinear<crate::Gpu> {
+    fn project(&self, x: &Tensor<crate::Gpu>) -> crate::Result<Tensor<crate::Gpu>> {
+        Ok(self.forward(x)?)
+    }
+}
+
+#[cfg(feature = "gpu")]
+impl Project<crate::Gpu> for SeedLinear<crate::Gpu> {
+    fn project(&self, x: &Tensor<crate::Gpu>) -> crate::Result<Tensor<crate::Gpu>> {
+        Ok(self.forward(x)?)
+    }
+}
+
+/// How a model stores its projection weights: the second type parameter of [`llama::Llama`].
+/// [`Dense`] is the published checkpoint; [`Affine`] and [`Seed`] are packed (see
+/// [`llama::Llama::quantize`]), read without ever writing the float weight.
+pub trait Weights: Clone + Debug + 'static {
+    /// One projection on device `D`.
+    type Layer<D: Device>: Clone + Debug;
+}
+
+/// Float weights ([`Linear`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Dense;
+
+/// MLX affine quantized weights ([`QuantizedLinear`]), in the layout of MLX's own
+/// `QuantizedLinear`: `weight` (packed U32), `scales`, `biases`.
+#[derive(Clone, Copy, Debug)]
+pub struct Affine;
+
+/// SeedLM weights ([`SeedLinear`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Seed;
+
+impl Weights for Dense {
+    type Layer<D: Device> = Linear<D>;
+}
+
+impl Weights for Affine {
+    type Layer<D: Device> = QuantizedLinear<D>;
+}
+
+impl Weights for Seed {
+    type Layer<D: Device> = SeedLinear<D>;
+}
 
 /// Reads and parses a `config.json`, then runs the configuration's `check` on it, so that no
 /// model is ever built from fields that cannot make one.

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use nnx::generate::{FinishReason, Generation, GenerationConfig, Generator, KvCache, Sampling, TextStream, Tokenizer};
-use nnx::models::CausalLm;
 use nnx::models::gpt2::{Gpt2, Gpt2Config};
 use nnx::models::llama::{Llama, LlamaConfig};
+use nnx::models::{CausalLm, Dense};
 use nnx::nn::Init;
-use nnx::{Archive, DType, TensorError};
+use nnx::{Archive, DType, Module, TensorError};
 
 use crate::util::{fixtures, json_field, max_abs_diff, scratch};
 
@@ -458,4 +458,43 @@ fn generation_on_the_gpu_equals_the_host_and_transformers() {
     let object: serde_json::Value = serde_json::from_str(stdout.trim_end()).unwrap();
     let (prompt_ids, expected) = case(&reference, "prompt_ids", "greedy_ids");
     assert_eq!(json_field::<Vec<u32>>(&object, "generated_ids"), expected[prompt_ids.len()..prompt_ids.len() + 4]);
+}
+
+#[test]
+fn a_quantized_llama_decodes_as_the_model_of_its_dequantized_weights() {
+    // The fixture's MLP is 176 wide, not a multiple of any MLX group: quantizing it is refused
+    // with an error, not a panic.
+    assert!(llama(DType::F32).quantize(4, 32).is_err());
+    let mut config = serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(fixtures().join("llama-tiny").join("config.json")).unwrap(),
+    )
+    .unwrap();
+    config["intermediate_size"] = 128.into();
+    let config: LlamaConfig = serde_json::from_value(config).unwrap();
+    let dense = Llama::new(&config, DType::F32, nnx::nn::Init::Seeded(11));
+    for (bits, group) in [(4, 32), (8, 64)] {
+        let quantized = dense.quantize(bits, group).unwrap();
+        // MLX's layout: packed U32 `weight`, `scales` and `biases` per projection.
+        let names = quantized.flat_state_dict();
+        assert_eq!(names.get("layers.1.mlp.down.weight").unwrap().dtype(), DType::U32);
+        assert_eq!(names.get("layers.1.mlp.down.scales").unwrap().shape(), [64, 128 / group]);
+        assert!(names.contains_key("lm_head.biases") && names.contains_key("embed.weight"));
+        let dequantized = quantized.map_weights::<Dense>(|layer| Ok(layer.to_linear(DType::F32)?)).unwrap();
+        let ids = [1u32, 40, 7, 99, 3, 250, 18];
+        let (ours, theirs) = (quantized.logits(&ids).unwrap(), dequantized.logits(&ids).unwrap());
+        let (ours, theirs) = (ours.to_vec::<f32>().unwrap(), theirs.to_vec::<f32>().unwrap());
+        let diff = max_abs_diff(&ours, &theirs, "quantized Llama logits");
+        assert!(diff <= 1e-4, "Q{bits} g{group}: logits differ from the dequantized model's by {diff}");
+        // One token at a time through the cache (the one-row packed products) decodes as the
+        // whole sequence recomputed (the batched decoding products), and as the float model.
+        let steps = 12;
+        let cached = quantized.generate(&ids, steps).unwrap();
+        assert_eq!(cached, uncached_greedy(&quantized, &ids, steps), "Q{bits} g{group} without a cache");
+        assert_eq!(cached, dequantized.generate(&ids, steps).unwrap(), "Q{bits} g{group} against dequantized");
+        // Placed on the GPU with the weights still packed, decoded inside its products.
+        if let Some(gpu) = crate::gpu::gpu() {
+            let placed = quantized.place(&gpu).unwrap();
+            assert_eq!(placed.generate(&ids, steps).unwrap(), cached, "Q{bits} g{group} on the GPU");
+        }
+    }
 }

@@ -1,6 +1,8 @@
 //! CPU kernels for transformer inference: matmul (with a matrix-vector path for decoding),
 //! elementwise ops and activations, normalisations, softmax, embeddings, rotary embeddings,
-//! attention and in-place writes into key/value caches.
+//! attention, in-place writes into key/value caches, and fused encoder steps over packed token
+//! rows (`fused`: bias, GELU, residual and layer norm applied to each block of a product while
+//! it is in cache; attention without padding).
 //!
 //! Every kernel takes tensors of any float dtype (f16, bf16, f32, f64), computes in f32 and
 //! returns an owned, contiguous f32 tensor. Work above [`PARALLEL_ELEMENTS`] elements is split
