@@ -18,6 +18,8 @@
 //!   multiply-add gives different results for hundreds of values per matrix. For bf16 and f16,
 //!   computing `q * scale + bias` in f32 and rounding once gives different results too.
 
+use std::borrow::Cow;
+
 use rayon::prelude::*;
 
 use super::{Rounding, check_stream, with_slice};
@@ -207,15 +209,17 @@ impl AffineWeight {
     }
 
     /// Borrows the streams (copying scales and biases to f32) for row-wise decoding.
-    pub(crate) fn decoder(&self) -> Result<AffineDecoder> {
+    pub(crate) fn decoder(&self) -> Result<AffineDecoder<'_>> {
         let weight = self.weight.contiguous();
         if weight.is_meta() {
             return Err(Error::Meta { op: "dequantize" });
         }
+        // F32 scales and biases are borrowed: a decode step would otherwise copy them (a
+        // megabyte each for a 4096 x 4096 weight) for every token.
         Ok(AffineDecoder {
             weight,
-            scales: self.scales.to_f32_vec()?,
-            biases: self.biases.to_f32_vec()?,
+            scales: borrowed_floats(&self.scales)?,
+            biases: borrowed_floats(&self.biases)?,
             spec: self.spec,
             rounding: Rounding::of(self.dtype()),
             columns: self.shape().last().copied().unwrap_or(0),
@@ -236,17 +240,25 @@ impl<To: Device> Place<To> for AffineWeight {
     }
 }
 
+/// `tensor`'s values as f32: borrowed when it is a contiguous F32 tensor, else converted.
+fn borrowed_floats(tensor: &Tensor) -> Result<Cow<'_, [f32]>> {
+    match tensor.as_slice::<f32>() {
+        Ok(Some(values)) => Ok(Cow::Borrowed(values)),
+        _ => Ok(Cow::Owned(tensor.to_f32_vec()?)),
+    }
+}
+
 /// The streams of an [`AffineWeight`] ready for decoding rows.
-pub(crate) struct AffineDecoder {
+pub(crate) struct AffineDecoder<'a> {
     weight: Tensor,
-    scales: Vec<f32>,
-    biases: Vec<f32>,
+    scales: Cow<'a, [f32]>,
+    biases: Cow<'a, [f32]>,
     spec: AffineSpec,
     rounding: Rounding,
     columns: usize,
 }
 
-impl AffineDecoder {
+impl AffineDecoder<'_> {
     /// `W x` for one input row `x` straight from the packed words; `None` where the decoding
     /// product is used instead (see `gemv`).
     #[cfg(feature = "kernels")]

@@ -286,6 +286,7 @@ mod avx2 {
     }
 
     /// Rounds finite f32 lanes to bf16, ties to even.
+    #[inline]
     #[target_feature(enable = "avx2")]
     fn round_bf16(values: __m256) -> __m256 {
         let bits = _mm256_castps_si256(values);
@@ -295,9 +296,18 @@ mod avx2 {
     }
 
     /// The weights of 8 packed values: their values as f32, or with `BF16` the bf16 weights.
+    #[inline]
     #[target_feature(enable = "avx2")]
     fn weight<const BF16: bool>(values: __m256, scale: __m256, bias: __m256) -> __m256 {
         if BF16 { round_bf16(_mm256_add_ps(round_bf16(_mm256_mul_ps(values, scale)), bias)) } else { values }
+    }
+
+    /// The weights of the low 8 bytes of `bytes`, each one value (a function with the
+    /// kernel's target features, so that it is inlined where a closure would be called).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn widen<const BF16: bool>(bytes: __m128i, scale: __m256, bias: __m256) -> __m256 {
+        weight::<BF16>(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), scale, bias)
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -315,8 +325,8 @@ mod avx2 {
         let mut sums = _mm256_setzero_ps();
         let mut biased = 0f32;
         for (g, ((&scale, &bias), &x_sum)) in scales.iter().zip(biases).zip(x_sums).enumerate() {
-            let mut a = _mm256_setzero_ps();
-            let mut b = _mm256_setzero_ps();
+            // Four chains of additions, so that each waits on its own previous product only.
+            let [mut a, mut b, mut c, mut d] = [_mm256_setzero_ps(); 4];
             let (scale_lanes, bias_lanes) = (_mm256_set1_ps(scale), _mm256_set1_ps(bias));
             for run in 0..runs {
                 let at = g * runs + run;
@@ -333,20 +343,30 @@ mod avx2 {
                         let low = _mm256_castsi256_si128(*nibbles);
                         let high = _mm256_extracti128_si256::<1>(*nibbles);
                         let x = x.add(half * 32);
-                        let widen = |bytes: __m128i| {
-                            weight::<BF16>(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), scale_lanes, bias_lanes)
-                        };
-                        a = _mm256_fmadd_ps(widen(low), _mm256_loadu_ps(x), a);
-                        b = _mm256_fmadd_ps(widen(_mm_srli_si128::<8>(low)), _mm256_loadu_ps(x.add(8)), b);
-                        a = _mm256_fmadd_ps(widen(high), _mm256_loadu_ps(x.add(16)), a);
-                        b = _mm256_fmadd_ps(widen(_mm_srli_si128::<8>(high)), _mm256_loadu_ps(x.add(24)), b);
+                        a = _mm256_fmadd_ps(widen::<BF16>(low, scale_lanes, bias_lanes), _mm256_loadu_ps(x), a);
+                        b = _mm256_fmadd_ps(
+                            widen::<BF16>(_mm_srli_si128::<8>(low), scale_lanes, bias_lanes),
+                            _mm256_loadu_ps(x.add(8)),
+                            b,
+                        );
+                        c = _mm256_fmadd_ps(
+                            widen::<BF16>(high, scale_lanes, bias_lanes),
+                            _mm256_loadu_ps(x.add(16)),
+                            c,
+                        );
+                        d = _mm256_fmadd_ps(
+                            widen::<BF16>(_mm_srli_si128::<8>(high), scale_lanes, bias_lanes),
+                            _mm256_loadu_ps(x.add(24)),
+                            d,
+                        );
                     }
                 }
             }
+            let group_sum = _mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d));
             if BF16 {
-                sums = _mm256_add_ps(_mm256_add_ps(a, b), sums);
+                sums = _mm256_add_ps(group_sum, sums);
             } else {
-                sums = _mm256_fmadd_ps(scale_lanes, _mm256_add_ps(a, b), sums);
+                sums = _mm256_fmadd_ps(scale_lanes, group_sum, sums);
                 biased += bias * x_sum;
             }
         }
