@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite compares against, once, into a cache outside the repository:
 # a Python virtual environment with the reference `safetensors` package, numpy, ml_dtypes and
-# `huggingface_hub` (the Hub client whose cache nnx shares).
+# `huggingface_hub` (the Hub client whose cache nnx shares), and `moto[server]` (an
+# S3-compatible server the remote-archive tests start on loopback).
 # Set NNX_CACHE to choose the cache folder (default: ~/.cache/nnx).
 set -euo pipefail
 
@@ -22,12 +23,12 @@ fi
 venv="$cache/venv"
 mkdir -p "$cache"
 
-if ! "$venv/bin/python" -c 'import safetensors, numpy, ml_dtypes, huggingface_hub
-assert huggingface_hub.__version__ == "2.4.0"' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import safetensors, numpy, ml_dtypes, huggingface_hub, moto
+assert huggingface_hub.__version__ == "2.4.0" and moto.__version__ == "5.2.5"' 2>/dev/null; then
   echo "setting up the Python reference packages in $venv"
-  python3 -m venv "$venv"
+  [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    'safetensors==0.8.0' 'numpy==2.4.6' 'ml_dtypes==0.6.0' 'huggingface_hub==2.4.0'
+    'safetensors==0.8.0' 'numpy==2.4.6' 'ml_dtypes==0.6.0' 'huggingface_hub==2.4.0' 'moto[server]==5.2.5'
 fi
 "$venv/bin/python" -c 'import safetensors, numpy; import huggingface_hub
 print("reference safetensors", safetensors.__version__, "numpy", numpy.__version__, "huggingface_hub", huggingface_hub.__version__)'

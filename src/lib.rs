@@ -68,6 +68,9 @@ pub use nnx_core::{nn, quant};
 
 // Archives, saves and imports.
 pub use nnx_io::hub;
+/// Archives in object stores and on the Hub: [`Archive::open`] takes their URLs.
+#[cfg(feature = "remote")]
+pub use nnx_io::remote;
 pub use nnx_io::{
     Archive, ConfigRule, EntryInfo, EntryLocation, FileKind, HeaderProblem, HookContext, ImportError, ImportHook,
     ImportOptions, ImportPlan, ImportProblem, ImportReport, PAGE_BYTES, SaveOptions, TensorParallel, quantized, sniff,
@@ -76,8 +79,8 @@ pub use nnx_io::{
 // What errors report, for programs that match on them.
 pub use nnx_core::{ConcatProblem, DidYouMean, HookError, LoadAction, OpChain, ProblemKind, ProblemSource, SourceOp};
 pub use nnx_io::{
-    ConfigProblem, ExportProblem, HubProblem, IndexProblem, PickleLimit, PickleProblem, ShardProblem, TorchProblem,
-    UnsavableProblem, ZipRecordProblem,
+    ConfigProblem, ExportProblem, HubProblem, IndexProblem, PickleLimit, PickleProblem, RemoteProblem, ShardProblem,
+    TorchProblem, UnsavableProblem, ZipRecordProblem,
 };
 
 /// The error of tensor operations alone; [`Error`] wraps it, so `?` converts.

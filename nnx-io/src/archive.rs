@@ -20,6 +20,9 @@ fn is_torch_index(file_name: &str) -> bool {
     [".bin.index.json", ".pt.index.json", ".pth.index.json"].iter().any(|end| file_name.ends_with(end))
 }
 
+/// An entry to read, whole or a box of it: one `(start, len)` per stored axis.
+pub(crate) type Want<'a> = (&'a str, Option<Vec<(usize, usize)>>);
+
 /// Where an entry's data is.
 #[derive(Clone)]
 enum Slot {
@@ -29,6 +32,9 @@ enum Slot {
     File { file: Arc<MappedFile>, at: usize },
     /// An entry of a shard that is opened when first needed.
     Shard(Arc<Shard>),
+    /// Entry `at` of a file in a store, fetched when read.
+    #[cfg(feature = "remote")]
+    Remote { file: Arc<crate::remote::RemoteFile>, at: usize },
 }
 
 /// An entry found in an archive, ready to read.
@@ -36,6 +42,8 @@ enum Slot {
 enum Located<'a> {
     Tensor(&'a Tensor),
     File(&'a Arc<MappedFile>, usize),
+    #[cfg(feature = "remote")]
+    Remote(&'a Arc<crate::remote::RemoteFile>, usize),
 }
 
 impl Located<'_> {
@@ -46,6 +54,20 @@ impl Located<'_> {
                 let entry = file.entry(*at);
                 (entry.dtype, &entry.shape)
             }
+            #[cfg(feature = "remote")]
+            Located::Remote(file, at) => {
+                let entry = &file.header.entries[*at];
+                (entry.dtype, &entry.shape)
+            }
+        }
+    }
+
+    /// The entry index of a remote entry.
+    #[cfg(feature = "remote")]
+    fn remote_at(&self) -> usize {
+        match self {
+            Located::Remote(_, at) => *at,
+            _ => unreachable!("only called for remote entries"),
         }
     }
 
@@ -53,8 +75,33 @@ impl Located<'_> {
         match self {
             Located::Tensor(tensor) => Ok((*tensor).clone()),
             Located::File(file, at) => file.tensor(*at),
+            #[cfg(feature = "remote")]
+            Located::Remote(file, at) => {
+                let entry = &file.header.entries[*at];
+                remote_tensor(file, entry, &file.entry_bytes(*at)?)
+            }
         }
     }
+}
+
+/// The box `boxed` of `tensor` (a view), or the tensor when it already has that shape.
+fn narrow_to(mut tensor: Tensor, boxed: Option<&[(usize, usize)]>) -> Result<Tensor> {
+    for (axis, &(start, len)) in boxed.unwrap_or_default().iter().enumerate() {
+        if tensor.shape()[axis] != len {
+            tensor = tensor.narrow(axis, start, len)?;
+        }
+    }
+    Ok(tensor)
+}
+
+/// An entry's fetched bytes as an owned tensor of its dtype and `shape`.
+#[cfg(feature = "remote")]
+fn remote_tensor(file: &crate::remote::RemoteFile, entry: &crate::header::HeaderEntry, bytes: &[u8]) -> Result<Tensor> {
+    Tensor::from_bytes(entry.dtype, &entry.shape, bytes).map_err(|source| Error::Data {
+        path: file.url.clone(),
+        name: entry.name.clone(),
+        source: Box::new(source),
+    })
 }
 
 /// Where an entry's bytes lie in a file, for listings.
@@ -158,6 +205,10 @@ impl Archive {
     /// [`Error::EmptyFolder`].
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
         let path = path.as_ref();
+        #[cfg(feature = "remote")]
+        if let Some(url) = path.to_str().filter(|text| crate::remote::is_remote(text)) {
+            return Archive::open_remote(url, &crate::remote::RemoteOptions::default());
+        }
         let meta = std::fs::metadata(path).map_err(Error::io("open", path))?;
         if meta.is_dir() {
             return Archive::open_folder(path);
@@ -172,6 +223,83 @@ impl Archive {
             return Archive::open_checkpoint(path);
         }
         Ok(Archive::from_file(MappedFile::open(path)?))
+    }
+
+    /// Opens a SafeTensors file, a shard index or a folder in an object store or on the Hub
+    /// (see [`crate::remote`]): only the headers are fetched, with range requests; entries are
+    /// fetched when read, each read fetching the byte ranges it uses. [`Archive::open`] takes
+    /// the same URLs with [`RemoteOptions::default`](crate::remote::RemoteOptions).
+    ///
+    /// # Errors
+    /// [`Error::Remote`] naming the URL and what failed (404, 403, a timeout), and the header
+    /// and index errors of local files.
+    #[cfg(feature = "remote")]
+    pub fn open_remote(url: &str, options: &crate::remote::RemoteOptions) -> Result<Archive> {
+        crate::remote::open(url, options)
+    }
+
+    /// A remote file's entries.
+    #[cfg(feature = "remote")]
+    pub(crate) fn from_remote_file(file: Arc<crate::remote::RemoteFile>) -> Archive {
+        let mut archive = Archive {
+            origin: format!("`{}`", file.url.display()),
+            metadata: file.header.metadata.clone(),
+            names: Vec::with_capacity(file.header.entries.len()),
+            slots: HashMap::with_capacity(file.header.entries.len()),
+        };
+        for (at, entry) in file.header.entries.iter().enumerate() {
+            archive.names.push(entry.name.clone());
+            archive.slots.insert(entry.name.clone(), Slot::Remote { file: file.clone(), at });
+        }
+        archive
+    }
+
+    /// The entries of a remote shard index, each from the shard the index names, which must
+    /// hold it.
+    #[cfg(feature = "remote")]
+    pub(crate) fn from_remote_index(index: &ShardIndex, files: Vec<Arc<crate::remote::RemoteFile>>) -> Result<Archive> {
+        let mut archive = Archive { origin: format!("`{}`", index.path.display()), ..Archive::default() };
+        archive.metadata = index.metadata.clone();
+        let positions: Vec<HashMap<&str, usize>> = files
+            .iter()
+            .map(|file| file.header.entries.iter().enumerate().map(|(at, entry)| (entry.name.as_str(), at)).collect())
+            .collect();
+        for (name, shard) in &index.weight_map {
+            let Some(&at) = positions[*shard].get(name.as_str()) else {
+                return Err(Error::ShardMismatch {
+                    index: index.path.clone(),
+                    shard: index.shards[*shard].clone(),
+                    problem: ShardProblem::MissingEntry { name: name.clone() },
+                });
+            };
+            archive.names.push(name.clone());
+            archive.slots.insert(name.clone(), Slot::Remote { file: files[*shard].clone(), at });
+        }
+        Ok(archive)
+    }
+
+    /// What this archive's remote files have transferred so far; `None` for an archive with
+    /// no remote entries.
+    #[cfg(feature = "remote")]
+    pub fn transfer_stats(&self) -> Option<crate::remote::TransferStats> {
+        let mut clients: Vec<&Arc<crate::remote::Client>> = Vec::new();
+        for slot in self.slots.values() {
+            if let Slot::Remote { file, .. } = slot
+                && !clients.iter().any(|client| Arc::ptr_eq(client, &file.client))
+            {
+                clients.push(&file.client);
+            }
+        }
+        if clients.is_empty() {
+            return None;
+        }
+        Some(clients.iter().map(|client| client.stats()).fold(crate::remote::TransferStats::default(), |sum, one| {
+            crate::remote::TransferStats {
+                requests: sum.requests + one.requests,
+                bytes: sum.bytes + one.bytes,
+                cached_bytes: sum.cached_bytes + one.cached_bytes,
+            }
+        }))
     }
 
     /// A PyTorch checkpoint: its tensors (views of the mapped file) and plain values.
@@ -433,6 +561,8 @@ impl Archive {
                 let (file, at) = shard.locate(name)?;
                 Some(Located::File(file, at))
             }
+            #[cfg(feature = "remote")]
+            Some(Slot::Remote { file, at }) => Some(Located::Remote(file, *at)),
         })
     }
 
@@ -442,6 +572,10 @@ impl Archive {
             let (dtype, shape) = located.spec();
             (dtype, shape.to_vec())
         }))
+    }
+
+    pub(crate) fn no_entry_error(&self, name: &str) -> Error {
+        self.no_entry(name)
     }
 
     fn no_entry(&self, name: &str) -> Error {
@@ -479,6 +613,16 @@ impl Archive {
                 let entry = file.entry(*at);
                 let location = EntryLocation {
                     path: file.path.clone(),
+                    data_offsets: (entry.begin, entry.end),
+                    file_offset: file.header.data_start + entry.begin,
+                };
+                (entry.end - entry.begin, Some(location))
+            }
+            #[cfg(feature = "remote")]
+            Located::Remote(file, at) => {
+                let entry = &file.header.entries[*at];
+                let location = EntryLocation {
+                    path: file.url.clone(),
                     data_offsets: (entry.begin, entry.end),
                     file_offset: file.header.data_start + entry.begin,
                 };
@@ -590,14 +734,71 @@ impl Archive {
                 .into());
             }
         }
-        let tensors = names.iter().map(|name| self.try_get(name)).collect::<Result<Vec<_>>>()?;
-        let mut tensors = tensors.into_iter();
+        let wants: Vec<Want<'_>> = names.iter().map(|name| (name.as_str(), None)).collect();
+        let mut tensors = self.read_batch(&wants)?.into_iter();
         for_each_entry_mut(module, |_, tensor| {
             if let Some(loaded) = tensors.next() {
                 *tensor = loaded;
             }
         });
         Ok(())
+    }
+
+    /// Reads entries at once, each whole or a box of it (one `(start, len)` per stored axis;
+    /// a view for files and memory). Remote entries are fetched in one batch: only the bytes of
+    /// the boxes, neighbours coalesced, several requests in flight.
+    ///
+    /// # Errors
+    /// [`Error::NoEntry`], the errors of opening a shard or of a transfer.
+    pub(crate) fn read_batch(&self, wants: &[Want<'_>]) -> Result<Vec<Tensor>> {
+        let mut out: Vec<Option<Tensor>> = vec![None; wants.len()];
+        #[cfg(feature = "remote")]
+        let mut remote: Vec<(usize, crate::remote::Request, Vec<usize>)> = Vec::new();
+        for (index, (name, boxed)) in wants.iter().enumerate() {
+            let located = self.require(name)?;
+            #[cfg(feature = "remote")]
+            if let Located::Remote(file, at) = located {
+                let entry = &file.header.entries[at];
+                let whole: Vec<(usize, usize)> = entry.shape.iter().map(|&size| (0, size)).collect();
+                // Sub-byte values cannot be cut at a byte: such an entry is fetched whole.
+                let (element, boxed) = match entry.dtype.size_in_bytes() {
+                    Some(element) => (element, boxed.clone().unwrap_or(whole)),
+                    None => (1, whole),
+                };
+                let base = (file.header.data_start + entry.begin) as u64;
+                let ranges = if entry.dtype.size_in_bytes().is_some() {
+                    crate::remote::box_ranges(&entry.shape, &boxed, element, base)
+                } else {
+                    std::iter::once(file.entry_range(at)).collect()
+                };
+                let shape = boxed.iter().map(|(_, len)| *len).collect();
+                remote.push((index, crate::remote::Request { file: file.clone(), ranges }, shape));
+                continue;
+            }
+            out[index] = Some(narrow_to(located.tensor()?, boxed.as_deref())?);
+        }
+        #[cfg(feature = "remote")]
+        if !remote.is_empty() {
+            let requests: Vec<crate::remote::Request> = remote
+                .iter()
+                .map(|(_, request, _)| crate::remote::Request {
+                    file: request.file.clone(),
+                    ranges: request.ranges.clone(),
+                })
+                .collect();
+            let fetched = crate::remote::fetch::fetch(&requests)?;
+            for ((index, request, shape), pieces) in remote.into_iter().zip(fetched) {
+                let entry = &request.file.header.entries[self.require(wants[index].0)?.remote_at()];
+                let bytes: Vec<u8> = if pieces.len() == 1 { pieces[0].to_vec() } else { pieces.concat() };
+                let tensor = Tensor::from_bytes(entry.dtype, &shape, &bytes).map_err(|source| Error::Data {
+                    path: request.file.url.clone(),
+                    name: entry.name.clone(),
+                    source: Box::new(source),
+                })?;
+                out[index] = Some(narrow_to(tensor, wants[index].1.as_deref())?);
+            }
+        }
+        Ok(out.into_iter().map(|tensor| tensor.expect("every entry was read")).collect())
     }
 
     /// Whether `name` is stored with exactly `dtype` and `shape` (from headers).
@@ -618,6 +819,11 @@ impl Archive {
                 }
                 Located::Tensor(tensor) => tensor.byte_len(),
                 Located::File(file, at) => file.entry_bytes(*at).len(),
+                #[cfg(feature = "remote")]
+                Located::Remote(file, at) => {
+                    let entry = &file.header.entries[*at];
+                    entry.end - entry.begin
+                }
             };
             items.push(WriteItem { name, dtype, shape: shape.to_vec(), bytes, source });
         }
@@ -640,6 +846,8 @@ impl<'a> WriteItem<'a> {
         match self.source {
             Located::Tensor(tensor) => Ok(tensor.to_bytes()?),
             Located::File(file, at) => Ok(Cow::Borrowed(file.entry_bytes(at))),
+            #[cfg(feature = "remote")]
+            Located::Remote(file, at) => Ok(Cow::Owned(file.entry_bytes(at)?.to_vec())),
         }
     }
 }

@@ -136,6 +136,29 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
 /// # Errors
 /// The first [`HeaderProblem`] found; nothing is allocated from the file's claimed sizes.
 pub fn parse(file: &[u8]) -> Result<Header, HeaderProblem> {
+    parse_prefix(file, file.len())
+}
+
+/// The header length a file declares in its first 8 bytes, checked against the limit and the
+/// file's length: what a remote reader fetches next.
+///
+/// # Errors
+/// [`HeaderProblem::TooLarge`] or [`HeaderProblem::PastEnd`].
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn declared_len(first: [u8; 8], file_len: usize) -> Result<usize, HeaderProblem> {
+    let declared = u64::from_le_bytes(first);
+    if declared > MAX_HEADER_BYTES {
+        return Err(HeaderProblem::TooLarge { declared, limit: MAX_HEADER_BYTES });
+    }
+    if 8 + declared > file_len as u64 {
+        return Err(HeaderProblem::PastEnd { declared, file_len });
+    }
+    Ok(declared as usize)
+}
+
+/// [`parse`] for the first bytes of a file of `file_len` bytes (at least the length and the
+/// header, as a remote reader fetches them).
+pub(crate) fn parse_prefix(file: &[u8], file_len: usize) -> Result<Header, HeaderProblem> {
     if file.is_empty() {
         return Err(HeaderProblem::Empty);
     }
@@ -148,7 +171,7 @@ pub fn parse(file: &[u8]) -> Result<Header, HeaderProblem> {
     }
     let data_start = 8 + declared as usize;
     let Some(text) = file.get(8..data_start) else {
-        return Err(HeaderProblem::PastEnd { declared, file_len: file.len() });
+        return Err(HeaderProblem::PastEnd { declared, file_len });
     };
     let text = std::str::from_utf8(text).map_err(|error| HeaderProblem::InvalidUtf8 { at: error.valid_up_to() })?;
     let mut problem = None;
@@ -171,7 +194,7 @@ pub fn parse(file: &[u8]) -> Result<Header, HeaderProblem> {
     for (name, entry) in raw {
         entries.push(validate_entry(name, entry)?);
     }
-    check_coverage(&entries, data_start, file.len())?;
+    check_coverage(&entries, data_start, file_len)?;
     Ok(Header { data_start, entries, metadata })
 }
 

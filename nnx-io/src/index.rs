@@ -67,8 +67,17 @@ impl ShardIndex {
     /// [`Error::Io`] when it cannot be read, [`Error::Index`] when it is not a usable index.
     pub(crate) fn read(path: &Path) -> Result<ShardIndex> {
         let text = std::fs::read_to_string(path).map_err(Error::io("read", path))?;
+        ShardIndex::parse(path, &text)
+    }
+
+    /// Checks the index `text` read from `path` (a file, or the URL of a remote one); shard
+    /// names are taken relative to the folder of `path`.
+    ///
+    /// # Errors
+    /// [`Error::Index`] when it is not a usable index.
+    pub(crate) fn parse(path: &Path, text: &str) -> Result<ShardIndex> {
         let invalid = |problem: IndexProblem| Error::Index { path: path.to_path_buf(), problem };
-        let value: serde_json::Value = serde_json::from_str(&text)
+        let value: serde_json::Value = serde_json::from_str(text)
             .map_err(|error| invalid(IndexProblem::NotJson { message: error.to_string() }))?;
         let serde_json::Value::Object(object) = value else {
             return Err(invalid(IndexProblem::NotObject));
@@ -93,7 +102,7 @@ impl ShardIndex {
         // Parse `weight_map` again from the text to keep its order and catch duplicate names,
         // which a JSON object silently drops.
         let mut problem = None;
-        let pairs = weight_map_pairs(&text, &mut problem).map_err(|error| match problem.take() {
+        let pairs = weight_map_pairs(text, &mut problem).map_err(|error| match problem.take() {
             Some(problem) => invalid(problem),
             None => invalid(IndexProblem::WeightMapNotStrings { message: error.to_string() }),
         })?;

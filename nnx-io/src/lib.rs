@@ -14,14 +14,16 @@ mod import;
 mod index;
 mod mapped;
 pub mod quantized;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod sniff;
 mod torch;
 mod write;
 
 pub use archive::{Archive, EntryInfo, EntryLocation};
 pub use error::{
-    ConfigProblem, ConfigRule, Error, ExportProblem, HubProblem, IndexProblem, PickleLimit, PickleProblem, Result,
-    ShardProblem, TorchProblem, UnsavableProblem, ZipRecordProblem,
+    ConfigProblem, ConfigRule, Error, ExportProblem, HubProblem, IndexProblem, PickleLimit, PickleProblem,
+    RemoteProblem, Result, ShardProblem, TorchProblem, UnsavableProblem, ZipRecordProblem,
 };
 pub use header::HeaderProblem;
 pub use import::{

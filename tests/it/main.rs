@@ -22,6 +22,7 @@ mod python;
 mod quant_affine;
 mod quant_cli;
 mod quant_seed;
+mod remote;
 mod snapshots;
 mod state;
 mod tensor;

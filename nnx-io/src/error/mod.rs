@@ -8,11 +8,13 @@ use nnx_core::{DType, DidYouMean};
 mod file_kind;
 mod header;
 mod hub;
+mod remote;
 mod torch;
 
 pub use file_kind::FileKind;
 pub use header::HeaderProblem;
 pub use hub::{HubProblem, Missing, Offline};
+pub use remote::RemoteProblem;
 pub use torch::{PickleLimit, PickleProblem, TorchProblem, ZipRecordProblem};
 
 /// Result with the nnx-io [`Error`].
@@ -29,6 +31,14 @@ pub enum Error {
         repo: String,
         /// What went wrong.
         problem: HubProblem,
+    },
+    /// A remote location (an object store, an HTTP server, the Hub) that cannot be read.
+    #[error("`{url}`: {problem}")]
+    Remote {
+        /// The location, without credentials.
+        url: String,
+        /// What went wrong.
+        problem: RemoteProblem,
     },
     /// The operating system refused a file operation.
     #[error("cannot {action} `{path}`: {source}")]

@@ -12,19 +12,39 @@ use super::{HookContext, ImportOptions, ImportReport};
 use crate::archive::Archive;
 use crate::error::{Error, Result};
 
-/// Applies the ops to a stored tensor as views: split is a narrow, transpose swaps the last
-/// two axes. Nothing is copied.
-fn apply_ops(ops: &[ImportOp], mut tensor: Tensor) -> Result<Tensor> {
+/// The part of a stored entry of `shape` that a model tensor reads: one `(start, len)` per
+/// stored axis, and whether the last two axes are then swapped. Splits (`split`, and a rank's
+/// cut along `parallel`) narrow an axis; a transpose swaps which stored axis the last two view
+/// axes are. Reading the box and swapping gives the same tensor as narrowing views of the whole
+/// entry, and lets a remote entry fetch only the box's bytes.
+fn entry_box(
+    shape: &[usize],
+    ops: &[ImportOp],
+    parallel: Option<(usize, usize, usize)>,
+) -> (Vec<(usize, usize)>, bool) {
+    let rank = shape.len();
+    let mut boxed: Vec<(usize, usize)> = shape.iter().map(|&size| (0, size)).collect();
+    // The stored axis behind each view axis.
+    let mut axes: Vec<usize> = (0..rank).collect();
+    let cut = |boxed: &mut Vec<(usize, usize)>, stored: usize, parts: usize, index: usize| {
+        let piece = boxed[stored].1 / parts.max(1);
+        boxed[stored] = (boxed[stored].0 + index * piece, piece);
+    };
     for op in ops {
         match op {
             ImportOp::Split(split) => {
-                let axis = resolve_axis(split.axis, tensor.rank()).expect("checked by the plan");
-                tensor = tensor.split(axis, split.parts)?.swap_remove(split.index);
+                let axis = resolve_axis(split.axis, rank).expect("checked by the plan");
+                cut(&mut boxed, axes[axis], split.parts, split.index);
             }
-            ImportOp::Transpose => tensor = swap_last_two(tensor),
+            ImportOp::Transpose if rank >= 2 => axes.swap(rank - 2, rank - 1),
+            ImportOp::Transpose => {}
         }
     }
-    Ok(tensor)
+    if let Some((axis, world, at)) = parallel {
+        cut(&mut boxed, axes[axis], world, at);
+    }
+    let swapped = rank >= 2 && axes[rank - 1] != rank - 1;
+    (boxed, swapped)
 }
 
 /// The view with the last two axes swapped; tensors of rank below 2 are returned as they are.
@@ -112,14 +132,28 @@ impl Archive {
             return Err(Error::Load(plan.error()));
         }
         let mut report = ImportReport { unused: plan.unused.clone(), ..ImportReport::default() };
+        // Every entry read, at once: for a remote archive, one batch of range requests that
+        // fetches only the parts the model (or this rank) uses.
+        let mut swaps = Vec::new();
+        let mut wants = Vec::new();
+        for row in &plan.rows {
+            let Action::Read { parallel_axis, .. } = &row.action else { continue };
+            let (_, shape) = self.spec(&row.source)?.ok_or_else(|| self.no_entry_error(&row.source))?;
+            let parallel = match (parallel_axis, &options.placement) {
+                (Some(axis), Some(placement)) => Some((*axis, placement.world_size, placement.rank)),
+                _ => None,
+            };
+            let (boxed, swapped) = entry_box(&shape, &row.ops, parallel);
+            wants.push((row.source.as_str(), Some(boxed)));
+            swaps.push(swapped);
+        }
+        let mut read = self.read_batch(&wants)?.into_iter().zip(swaps);
         let mut values: Vec<Option<Tensor<D>>> = Vec::with_capacity(plan.rows.len());
         for (row, device) in plan.rows.iter().zip(&devices) {
             values.push(match &row.action {
-                Action::Read { cast, parallel_axis } => {
-                    let mut tensor = apply_ops(&row.ops, self.try_get(&row.source)?)?;
-                    if let (Some(axis), Some(placement)) = (parallel_axis, &options.placement) {
-                        tensor = tensor.split(*axis, placement.world_size)?.swap_remove(placement.rank);
-                    }
+                Action::Read { cast, .. } => {
+                    let (tensor, swapped) = read.next().expect("one read per reading row");
+                    let mut tensor = if swapped { swap_last_two(tensor) } else { tensor };
                     if let Some(dtype) = cast {
                         tensor = tensor.to_dtype(*dtype)?;
                         report.cast.push(row.name.clone());

@@ -1,0 +1,220 @@
+//! Parsing locations into a store and an object path, and opening what they name.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use object_store::path::Path as ObjectPath;
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+
+use super::{Client, RemoteFile, RemoteOptions, remote_error};
+use crate::archive::Archive;
+use crate::error::{Error, RemoteProblem, Result};
+use crate::index::ShardIndex;
+
+/// The schemes read as remote locations.
+const SCHEMES: [&str; 8] = ["s3", "gs", "gcs", "az", "azure", "http", "https", "hf"];
+
+/// Whether `location` is a URL of a store nnx reads remotely (`s3://`, `gs://`, `az://`,
+/// `http(s)://`, `hf://`) rather than a local path.
+pub fn is_remote(location: &str) -> bool {
+    location.split_once("://").is_some_and(|(scheme, _)| SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+}
+
+/// `url` without credentials: no user information and no query string.
+pub(crate) fn redact(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+            format!("{scheme}://{host}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
+fn bad(url: &str, problem: RemoteProblem) -> Error {
+    Error::Remote { url: redact(url), problem }
+}
+
+/// The store `url` lives in, and the object's path in it.
+pub(crate) fn client(url: &str, options: &RemoteOptions) -> Result<(Arc<Client>, ObjectPath)> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(bad(url, RemoteProblem::BadUrl { reason: "no scheme".into() }));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (authority, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if authority.is_empty() {
+        return Err(bad(url, RemoteProblem::BadUrl { reason: "no bucket, container or host".into() }));
+    }
+    let retry = RetryConfig {
+        backoff: BackoffConfig::default(),
+        max_retries: options.retries,
+        retry_timeout: options.timeout.saturating_mul(options.retries as u32 + 1),
+    };
+    let timeout = format!("{}ms", options.timeout.as_millis());
+    let settings = || {
+        [("timeout", timeout.as_str()), ("connect_timeout", timeout.as_str())]
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .chain(options.config.iter().filter(|(key, _)| !key.starts_with("hf_")).cloned())
+    };
+    let unknown = |key: &str| bad(url, RemoteProblem::UnknownSetting { key: key.to_string() });
+    let built = |result: object_store::Result<Arc<dyn ObjectStore>>| result.map_err(|error| remote_error(url, error));
+    let (store, root, path): (Arc<dyn ObjectStore>, String, String) = match scheme.as_str() {
+        "s3" => {
+            let mut builder = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(authority);
+            for (key, value) in settings() {
+                builder = builder.with_config(key.parse().map_err(|_| unknown(&key))?, value);
+            }
+            let store = built(builder.with_retry(retry).build().map(|store| Arc::new(store) as _))?;
+            (store, format!("s3://{authority}"), key.to_string())
+        }
+        "gs" | "gcs" => {
+            let mut builder = object_store::gcp::GoogleCloudStorageBuilder::from_env().with_bucket_name(authority);
+            for (key, value) in settings() {
+                builder = builder.with_config(key.parse().map_err(|_| unknown(&key))?, value);
+            }
+            let store = built(builder.with_retry(retry).build().map(|store| Arc::new(store) as _))?;
+            (store, format!("gs://{authority}"), key.to_string())
+        }
+        "az" | "azure" => {
+            let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env().with_container_name(authority);
+            for (key, value) in settings() {
+                builder = builder.with_config(key.parse().map_err(|_| unknown(&key))?, value);
+            }
+            let store = built(builder.with_retry(retry).build().map(|store| Arc::new(store) as _))?;
+            (store, format!("az://{authority}"), key.to_string())
+        }
+        "http" | "https" => {
+            let base = format!("{scheme}://{authority}");
+            let store = http_store(&base, &scheme, options, retry, None, url)?;
+            (store, base, key.to_string())
+        }
+        "hf" => {
+            // hf://org/name[@revision][/file...]
+            let (name, file) = key.split_once('/').unwrap_or((key, ""));
+            let (name, revision) = name.split_once('@').unwrap_or((name, "main"));
+            if name.is_empty() {
+                return Err(bad(
+                    url,
+                    RemoteProblem::BadUrl { reason: "expected hf://org/name[@revision][/file]".into() },
+                ));
+            }
+            let setting = |key: &str, variable: &str| {
+                options
+                    .config
+                    .iter()
+                    .rev()
+                    .find(|(name, _)| name == key)
+                    .map(|(_, value)| value.clone())
+                    .or_else(|| std::env::var(variable).ok().filter(|value| !value.trim().is_empty()))
+            };
+            let endpoint = setting("hf_endpoint", "HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".into());
+            let endpoint = endpoint.trim_end_matches('/');
+            let revision = revision.replace('/', "%2F");
+            let base = format!("{endpoint}/{authority}/{name}/resolve/{revision}");
+            let endpoint_scheme = endpoint.split_once("://").map_or("https", |(scheme, _)| scheme).to_string();
+            let token = setting("hf_token", "HF_TOKEN");
+            let store = http_store(&base, &endpoint_scheme, options, retry, token, url)?;
+            (store, format!("hf://{authority}/{name}@{revision}"), file.to_string())
+        }
+        other => {
+            return Err(bad(url, RemoteProblem::BadUrl { reason: format!("unsupported scheme `{other}`") }));
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|error| {
+        bad(url, RemoteProblem::Transfer { message: format!("cannot start the I/O runtime: {error}") })
+    })?;
+    let path = ObjectPath::parse(path.trim_end_matches('/'))
+        .map_err(|error| bad(url, RemoteProblem::BadUrl { reason: error.to_string() }))?;
+    let client = Client {
+        store,
+        runtime,
+        options: options.clone(),
+        root,
+        requests: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        cached_bytes: AtomicU64::new(0),
+    };
+    Ok((Arc::new(client), path))
+}
+
+/// An HTTP store rooted at `base`, sending `token` as a bearer token when given.
+fn http_store(
+    base: &str,
+    scheme: &str,
+    options: &RemoteOptions,
+    retry: RetryConfig,
+    token: Option<String>,
+    url: &str,
+) -> Result<Arc<dyn ObjectStore>> {
+    let mut client = ClientOptions::new()
+        .with_timeout(options.timeout)
+        .with_connect_timeout(options.timeout)
+        .with_allow_http(scheme == "http");
+    if let Some(token) = token {
+        let mut headers = http::HeaderMap::new();
+        let value = format!("Bearer {token}").parse().map_err(|_| {
+            bad(url, RemoteProblem::BadUrl { reason: "the Hub token is not a valid header value".into() })
+        })?;
+        headers.insert("authorization", value);
+        client = client.with_default_headers(headers);
+    }
+    object_store::http::HttpBuilder::new()
+        .with_url(base)
+        .with_client_options(client)
+        .with_retry(retry)
+        .build()
+        .map(|store| Arc::new(store) as Arc<dyn ObjectStore>)
+        .map_err(|error| remote_error(url, error))
+}
+
+/// Opens `url`: a SafeTensors file, a shard index, or a folder holding one of them.
+pub(crate) fn open(url: &str, options: &RemoteOptions) -> Result<Archive> {
+    let (client, path) = client(url, options)?;
+    let name = path.filename().unwrap_or_default().to_string();
+    let folder = url.ends_with('/') || name.is_empty() || url.starts_with("hf://") && !name.contains('.');
+    if folder {
+        for candidate in ["model.safetensors.index.json", "model.safetensors"] {
+            let file = path.child(candidate);
+            if client.exists(&file)? {
+                return open_object(client, file);
+            }
+        }
+        return Err(bad(url, RemoteProblem::NoWeights));
+    }
+    open_object(client, path)
+}
+
+fn open_object(client: Arc<Client>, path: ObjectPath) -> Result<Archive> {
+    let name = path.filename().unwrap_or_default().to_string();
+    let url = client.url(&path);
+    if name.ends_with(".json") {
+        let text = client.get_all(&path)?;
+        let text = std::str::from_utf8(&text).map_err(|_| Error::Index {
+            path: url.clone().into(),
+            problem: crate::IndexProblem::NotJson { message: "not UTF-8".into() },
+        })?;
+        let index = ShardIndex::parse(std::path::Path::new(&url), text)?;
+        let parent: ObjectPath = path.parts().take(path.parts().count().saturating_sub(1)).collect();
+        let mut files = Vec::with_capacity(index.shards.len());
+        for shard in &index.shards {
+            let file_name = shard.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+            let shard_path = parent.child(file_name);
+            let file = RemoteFile::open(client.clone(), shard_path).map_err(|error| match error {
+                Error::Remote { problem: RemoteProblem::NotFound, .. } => {
+                    Error::MissingShard { index: url.clone().into(), shard: shard.clone() }
+                }
+                other => other,
+            })?;
+            files.push(file);
+        }
+        return Archive::from_remote_index(&index, files);
+    }
+    if [".bin", ".pt", ".pth"].iter().any(|end| name.ends_with(end)) {
+        return Err(bad(&url, RemoteProblem::NotSafeTensors));
+    }
+    Ok(Archive::from_remote_file(RemoteFile::open(client, path)?))
+}
