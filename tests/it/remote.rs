@@ -421,3 +421,39 @@ fn the_command_line_inspects_converts_and_diffs_urls() {
     assert_ne!(code, 0);
     assert!(err.contains("s3://models/gpt2/absent.safetensors") && err.contains("404"), "{err}");
 }
+
+#[test]
+fn hub_repositories_are_read_with_range_requests_on_resolve_urls() {
+    use crate::hub_server::{Access, FakeHub};
+    let hub = FakeHub::start();
+    hub.create_repo("org/private-gpt2", Access::Private { token: "hf_reader".into() });
+    let local_path = fixtures().join("gpt2-tiny/model.safetensors");
+    let bytes = std::fs::read(&local_path).unwrap();
+    hub.commit("org/private-gpt2", "main", &[("model.safetensors", &bytes), ("config.json", b"{}")]);
+    let options = RemoteOptions::default().with("hf_endpoint", hub.endpoint()).with("hf_token", "hf_reader");
+    hub.clear_requests();
+    let archive = Archive::open_remote("hf://org/private-gpt2", &options).unwrap();
+    let header = header_bytes(&local_path);
+    assert_eq!(archive.transfer_stats().unwrap().bytes, header, "the header only");
+    let (mut ours, mut theirs) = (gpt2(), gpt2());
+    archive.import_into(&mut ours, "").unwrap();
+    Archive::open(&local_path).unwrap().import_into(&mut theirs, "").unwrap();
+    for ((name, a), (_, b)) in ours.flat_state_dict().iter().zip(theirs.flat_state_dict().iter()) {
+        assert_eq!(a.to_bytes().unwrap(), b.to_bytes().unwrap(), "{name}");
+    }
+    // Every read of the weights was a bounded range request, none the whole file.
+    let gets: Vec<_> =
+        hub.requests().into_iter().filter(|r| r.method == "GET" && r.path.contains("model.safetensors")).collect();
+    assert!(
+        !gets.is_empty() && gets.iter().all(|r| r.range.as_deref().is_some_and(|range| range.contains('-'))),
+        "{gets:?}"
+    );
+    // Without the token the repository is not found, and the URL is named.
+    let error = Archive::open_remote(
+        "hf://org/private-gpt2/model.safetensors",
+        &RemoteOptions::default().with("hf_endpoint", hub.endpoint()),
+    )
+    .unwrap_err();
+    assert!(error.to_string().contains("hf://org/private-gpt2"), "{error}");
+    assert!(!error.to_string().contains("hf_reader"));
+}

@@ -287,6 +287,41 @@ pub fn upload(from: &std::path::Path, url: &str, options: &RemoteOptions) -> Res
         .map_err(|error| remote_error(&url, error))?
 }
 
+/// Downloads the object at `url` into the local file `to` (written beside it, then renamed),
+/// streaming: what users do without range reads, and the baseline of the remote benchmark.
+///
+/// # Errors
+/// [`Error::Remote`] when the store refuses, [`Error::Io`] when `to` cannot be written.
+pub fn download(url: &str, to: &std::path::Path, options: &RemoteOptions) -> Result<u64> {
+    use futures::StreamExt;
+    use std::io::Write;
+    let (client, path) = location::client(url, options)?;
+    let url = client.url(&path);
+    let temporary = to.with_extension("download-tmp");
+    let mut file = std::fs::File::create(&temporary).map_err(Error::io("create", &temporary))?;
+    let written = client.block_on(async {
+        let mut stream = client.store.get(&path).await.map_err(|error| remote_error(&url, error))?.into_stream();
+        let mut written = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|error| remote_error(&url, error))?;
+            file.write_all(&chunk).map_err(Error::io("write", &temporary))?;
+            written += chunk.len() as u64;
+        }
+        Ok::<_, Error>(written)
+    });
+    let written = match written {
+        Ok(written) => written,
+        Err(error) => {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(error);
+        }
+    };
+    client.count(written as usize);
+    file.sync_all().map_err(Error::io("write", &temporary))?;
+    std::fs::rename(&temporary, to).map_err(Error::io("rename", to))?;
+    Ok(written)
+}
+
 /// The error of a request to `url`, without anything of the credentials.
 pub(crate) fn remote_error(url: &str, error: object_store::Error) -> Error {
     let problem = match &error {
