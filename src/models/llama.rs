@@ -211,7 +211,7 @@ pub struct Layer<D: Device = Host, W: Weights = Dense> {
 }
 
 /// Llama with its language-model head. `W` is how the projections (and the head) are stored:
-/// [`Dense`] as published, or packed by [`Llama::quantize`] / [`Llama::seed_encode`].
+/// [`Dense`] as published, or packed by [`Llama::quantize`] or [`Llama::map_weights`].
 #[derive(Module, Clone, Debug)]
 pub struct Llama<D: Device = Host, W: Weights = Dense> {
     /// Token embeddings.
