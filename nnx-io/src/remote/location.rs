@@ -62,30 +62,24 @@ pub(crate) fn client(url: &str, options: &RemoteOptions) -> Result<(Arc<Client>,
     };
     let unknown = |key: &str| bad(url, RemoteProblem::UnknownSetting { key: key.to_string() });
     let built = |result: object_store::Result<Arc<dyn ObjectStore>>| result.map_err(|error| remote_error(url, error));
+    // The three cloud stores take the same steps through builders of different types.
+    macro_rules! cloud {
+        ($builder:expr, $scheme:literal) => {{
+            let mut builder = $builder;
+            for (key, value) in settings() {
+                builder = builder.with_config(key.parse().map_err(|_| unknown(&key))?, value);
+            }
+            let store = built(builder.with_retry(retry).build().map(|store| Arc::new(store) as _))?;
+            (store, format!(concat!($scheme, "://{}"), authority), key.to_string())
+        }};
+    }
     let (store, root, path): (Arc<dyn ObjectStore>, String, String) = match scheme.as_str() {
-        "s3" => {
-            let mut builder = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(authority);
-            for (key, value) in settings() {
-                builder = builder.with_config(key.parse().map_err(|_| unknown(&key))?, value);
-            }
-            let store = built(builder.with_retry(retry).build().map(|store| Arc::new(store) as _))?;
-            (store, format!("s3://{authority}"), key.to_string())
-        }
+        "s3" => cloud!(object_store::aws::AmazonS3Builder::from_env().with_bucket_name(authority), "s3"),
         "gs" | "gcs" => {
-            let mut builder = object_store::gcp::GoogleCloudStorageBuilder::from_env().with_bucket_name(authority);
-            for (key, value) in settings() {
-                builder = builder.with_config(key.parse().map_err(|_| unknown(&key))?, value);
-            }
-            let store = built(builder.with_retry(retry).build().map(|store| Arc::new(store) as _))?;
-            (store, format!("gs://{authority}"), key.to_string())
+            cloud!(object_store::gcp::GoogleCloudStorageBuilder::from_env().with_bucket_name(authority), "gs")
         }
         "az" | "azure" => {
-            let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env().with_container_name(authority);
-            for (key, value) in settings() {
-                builder = builder.with_config(key.parse().map_err(|_| unknown(&key))?, value);
-            }
-            let store = built(builder.with_retry(retry).build().map(|store| Arc::new(store) as _))?;
-            (store, format!("az://{authority}"), key.to_string())
+            cloud!(object_store::azure::MicrosoftAzureBuilder::from_env().with_container_name(authority), "az")
         }
         "http" | "https" => {
             let base = format!("{scheme}://{authority}");
