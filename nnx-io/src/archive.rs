@@ -62,23 +62,13 @@ impl Located<'_> {
         }
     }
 
-    /// The entry index of a remote entry.
-    #[cfg(feature = "remote")]
-    fn remote_at(&self) -> usize {
-        match self {
-            Located::Remote(_, at) => *at,
-            _ => unreachable!("only called for remote entries"),
-        }
-    }
-
     fn tensor(&self) -> Result<Tensor> {
         match self {
             Located::Tensor(tensor) => Ok((*tensor).clone()),
             Located::File(file, at) => file.tensor(*at),
             #[cfg(feature = "remote")]
             Located::Remote(file, at) => {
-                let entry = &file.header.entries[*at];
-                remote_tensor(file, entry, &file.entry_bytes(*at)?)
+                remote_tensor(file, *at, &file.header.entries[*at].shape, &file.entry_bytes(*at)?)
             }
         }
     }
@@ -94,10 +84,12 @@ fn narrow_to(mut tensor: Tensor, boxed: Option<&[(usize, usize)]>) -> Result<Ten
     Ok(tensor)
 }
 
-/// An entry's fetched bytes as an owned tensor of its dtype and `shape`.
+/// Fetched bytes of entry `at` (all of it, or a box of `shape`) as an owned tensor of its
+/// dtype.
 #[cfg(feature = "remote")]
-fn remote_tensor(file: &crate::remote::RemoteFile, entry: &crate::header::HeaderEntry, bytes: &[u8]) -> Result<Tensor> {
-    Tensor::from_bytes(entry.dtype, &entry.shape, bytes).map_err(|source| Error::Data {
+fn remote_tensor(file: &crate::remote::RemoteFile, at: usize, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+    let entry = &file.header.entries[at];
+    Tensor::from_bytes(entry.dtype, shape, bytes).map_err(|source| Error::Data {
         path: file.url.clone(),
         name: entry.name.clone(),
         source: Box::new(source),
@@ -241,17 +233,7 @@ impl Archive {
     /// A remote file's entries.
     #[cfg(feature = "remote")]
     pub(crate) fn from_remote_file(file: Arc<crate::remote::RemoteFile>) -> Archive {
-        let mut archive = Archive {
-            origin: format!("`{}`", file.url.display()),
-            metadata: file.header.metadata.clone(),
-            names: Vec::with_capacity(file.header.entries.len()),
-            slots: HashMap::with_capacity(file.header.entries.len()),
-        };
-        for (at, entry) in file.header.entries.iter().enumerate() {
-            archive.names.push(entry.name.clone());
-            archive.slots.insert(entry.name.clone(), Slot::Remote { file: file.clone(), at });
-        }
-        archive
+        Archive::from_header(&file.url, &file.header, |at| Slot::Remote { file: file.clone(), at })
     }
 
     /// The entries of a remote shard index, each from the shard the index names, which must
@@ -438,15 +420,21 @@ impl Archive {
     }
 
     fn from_file(file: Arc<MappedFile>) -> Archive {
+        Archive::from_header(&file.path, &file.header, |at| Slot::File { file: file.clone(), at })
+    }
+
+    /// The entries of one file's `header`, in its order, each in the slot `slot` makes of its
+    /// position.
+    fn from_header(path: &Path, header: &crate::header::Header, slot: impl Fn(usize) -> Slot) -> Archive {
         let mut archive = Archive {
-            origin: format!("`{}`", file.path.display()),
-            metadata: file.header.metadata.clone(),
-            names: Vec::with_capacity(file.header.entries.len()),
-            slots: HashMap::with_capacity(file.header.entries.len()),
+            origin: format!("`{}`", path.display()),
+            metadata: header.metadata.clone(),
+            names: Vec::with_capacity(header.entries.len()),
+            slots: HashMap::with_capacity(header.entries.len()),
         };
-        for (at, entry) in file.header.entries.iter().enumerate() {
+        for (at, entry) in header.entries.iter().enumerate() {
             archive.names.push(entry.name.clone());
-            archive.slots.insert(entry.name.clone(), Slot::File { file: file.clone(), at });
+            archive.slots.insert(entry.name.clone(), slot(at));
         }
         archive
     }
@@ -752,49 +740,42 @@ impl Archive {
     /// [`Error::NoEntry`], the errors of opening a shard or of a transfer.
     pub(crate) fn read_batch(&self, wants: &[Want<'_>]) -> Result<Vec<Tensor>> {
         let mut out: Vec<Option<Tensor>> = vec![None; wants.len()];
+        // The remote reads: their ranges, and for each the want, the entry and the box's shape.
         #[cfg(feature = "remote")]
-        let mut remote: Vec<(usize, crate::remote::Request, Vec<usize>)> = Vec::new();
+        let (mut requests, mut targets) = (Vec::new(), Vec::new());
         for (index, (name, boxed)) in wants.iter().enumerate() {
             let located = self.require(name)?;
             #[cfg(feature = "remote")]
             if let Located::Remote(file, at) = located {
                 let entry = &file.header.entries[at];
-                let whole: Vec<(usize, usize)> = entry.shape.iter().map(|&size| (0, size)).collect();
-                // Sub-byte values cannot be cut at a byte: such an entry is fetched whole.
-                let (element, boxed) = match entry.dtype.size_in_bytes() {
-                    Some(element) => (element, boxed.clone().unwrap_or(whole)),
-                    None => (1, whole),
-                };
+                let whole = || entry.shape.iter().map(|&size| (0, size)).collect::<Vec<_>>();
                 let base = (file.header.data_start + entry.begin) as u64;
-                let ranges = if entry.dtype.size_in_bytes().is_some() {
-                    crate::remote::box_ranges(&entry.shape, &boxed, element, base)
-                } else {
-                    std::iter::once(file.entry_range(at)).collect()
+                let (boxed, ranges) = match entry.dtype.size_in_bytes() {
+                    Some(element) => {
+                        let boxed = boxed.clone().unwrap_or_else(whole);
+                        let ranges = crate::remote::box_ranges(&entry.shape, &boxed, element, base);
+                        (boxed, ranges)
+                    }
+                    // Sub-byte values cannot be cut at a byte: such an entry is fetched whole
+                    // and narrowed as a view.
+                    None => (whole(), std::iter::once(file.entry_range(at)).collect()),
                 };
-                let shape = boxed.iter().map(|(_, len)| *len).collect();
-                remote.push((index, crate::remote::Request { file: file.clone(), ranges }, shape));
+                let shape: Vec<usize> = boxed.iter().map(|(_, len)| *len).collect();
+                requests.push(crate::remote::Request { file: file.clone(), ranges });
+                targets.push((index, at, shape));
                 continue;
             }
             out[index] = Some(narrow_to(located.tensor()?, boxed.as_deref())?);
         }
         #[cfg(feature = "remote")]
-        if !remote.is_empty() {
-            let requests: Vec<crate::remote::Request> = remote
-                .iter()
-                .map(|(_, request, _)| crate::remote::Request {
-                    file: request.file.clone(),
-                    ranges: request.ranges.clone(),
-                })
-                .collect();
+        if !requests.is_empty() {
             let fetched = crate::remote::fetch::fetch(&requests)?;
-            for ((index, request, shape), pieces) in remote.into_iter().zip(fetched) {
-                let entry = &request.file.header.entries[self.require(wants[index].0)?.remote_at()];
-                let bytes: Vec<u8> = if pieces.len() == 1 { pieces[0].to_vec() } else { pieces.concat() };
-                let tensor = Tensor::from_bytes(entry.dtype, &shape, &bytes).map_err(|source| Error::Data {
-                    path: request.file.url.clone(),
-                    name: entry.name.clone(),
-                    source: Box::new(source),
-                })?;
+            for ((request, (index, at, shape)), pieces) in requests.iter().zip(targets).zip(fetched) {
+                let bytes: Cow<'_, [u8]> = match pieces.as_slice() {
+                    [one] => Cow::Borrowed(one),
+                    many => Cow::Owned(many.concat()),
+                };
+                let tensor = remote_tensor(&request.file, at, &shape, &bytes)?;
                 out[index] = Some(narrow_to(tensor, wants[index].1.as_deref())?);
             }
         }

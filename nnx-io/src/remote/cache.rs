@@ -33,24 +33,20 @@ impl RangeCache {
         self.dir.join(name)
     }
 
-    /// `range` of `file` when a cached range holds all of it.
-    pub(crate) fn get(&self, file: &RemoteFile, range: &Range<u64>) -> Option<Bytes> {
+    /// The ranges kept of this version of `file`, listed once for a batch of reads.
+    pub(crate) fn listing(&self, file: &RemoteFile) -> Listing {
         let folder = self.folder(file);
-        for item in std::fs::read_dir(&folder).ok()?.flatten() {
-            let name = item.file_name();
-            let Some((start, end)) = name.to_str().and_then(|name| name.split_once('-')) else { continue };
-            let (Ok(start), Ok(end)) = (start.parse::<u64>(), end.parse::<u64>()) else { continue };
-            if start <= range.start && range.end <= end {
-                let mut opened = File::open(item.path()).ok()?;
-                opened.seek(SeekFrom::Start(range.start - start)).ok()?;
-                let mut bytes = vec![0u8; (range.end - range.start) as usize];
-                opened.read_exact(&mut bytes).ok()?;
-                // Marks it used, for the eviction order.
-                let _ = opened.set_modified(std::time::SystemTime::now());
-                return Some(Bytes::from(bytes));
-            }
-        }
-        None
+        let ranges = std::fs::read_dir(&folder)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|item| {
+                let name = item.file_name();
+                let (start, end) = name.to_str()?.split_once('-')?;
+                Some(start.parse::<u64>().ok()?..end.parse::<u64>().ok()?)
+            })
+            .collect();
+        Listing { folder, ranges }
     }
 
     /// Keeps `bytes`, the contents of `range` of `file`, then trims the cache to its limit.
@@ -103,5 +99,25 @@ impl RangeCache {
             .filter_map(|item| item.metadata().ok())
             .map(|meta| meta.len())
             .sum()
+    }
+}
+
+/// The ranges the cache holds of one version of a file.
+pub(crate) struct Listing {
+    folder: PathBuf,
+    ranges: Vec<Range<u64>>,
+}
+
+impl Listing {
+    /// `range` when a cached range holds all of it.
+    pub(crate) fn get(&self, range: &Range<u64>) -> Option<Bytes> {
+        let kept = self.ranges.iter().find(|kept| kept.start <= range.start && range.end <= kept.end)?;
+        let mut opened = File::open(self.folder.join(format!("{}-{}", kept.start, kept.end))).ok()?;
+        opened.seek(SeekFrom::Start(range.start - kept.start)).ok()?;
+        let mut bytes = vec![0u8; (range.end - range.start) as usize];
+        opened.read_exact(&mut bytes).ok()?;
+        // Marks it used, for the eviction order.
+        let _ = opened.set_modified(std::time::SystemTime::now());
+        Some(Bytes::from(bytes))
     }
 }

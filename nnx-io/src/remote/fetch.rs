@@ -44,6 +44,8 @@ fn fetch_from(client: &Arc<Client>, requests: &[Request], out: &mut [Vec<Option<
     // The files of this client, and every wanted range not in the cache: (file, range,
     // request, position).
     let mut files: Vec<Arc<RemoteFile>> = Vec::new();
+    // What the cache holds of each file, listed once.
+    let mut listings = Vec::new();
     let mut wanted: Vec<(usize, Range<u64>, usize, usize)> = Vec::new();
     for (at, request) in requests.iter().enumerate() {
         if !Arc::ptr_eq(&request.file.client, client) {
@@ -53,6 +55,7 @@ fn fetch_from(client: &Arc<Client>, requests: &[Request], out: &mut [Vec<Option<
             Some(file) => file,
             None => {
                 files.push(request.file.clone());
+                listings.push(options.cache.as_ref().map(|cache| cache.listing(&request.file)));
                 files.len() - 1
             }
         };
@@ -61,7 +64,7 @@ fn fetch_from(client: &Arc<Client>, requests: &[Request], out: &mut [Vec<Option<
                 out[at][position] = Some(Bytes::new());
                 continue;
             }
-            if let Some(cached) = options.cache.as_ref().and_then(|cache| cache.get(&request.file, range)) {
+            if let Some(cached) = listings[file].as_ref().and_then(|listing| listing.get(range)) {
                 client.cached_bytes.fetch_add(cached.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 out[at][position] = Some(cached);
                 continue;
