@@ -282,6 +282,34 @@ fn hooks_supply_what_attributes_cannot_express() {
     assert_eq!(model.h[1].attn.q.weight.to_vec::<f32>().unwrap(), plain.h[1].attn.q.weight.to_vec::<f32>().unwrap());
 }
 
+/// A meta BF16 Llama for one rank of `world`: the heads and the MLP width divided among the
+/// ranks, row-parallel layers (`o`, `down`) keeping the full output width.
+pub(crate) fn llama_rank(config: &LlamaConfig, world: usize) -> Llama {
+    let mut local = config.clone();
+    local.num_attention_heads /= world;
+    local.num_key_value_heads = Some(config.kv_heads() / world);
+    local.head_dim = Some(config.head_dim());
+    local.intermediate_size /= world;
+    let mut model = Llama::new(&local, DType::BF16, Init::Meta);
+    let linear = |input, output| Linear::builder(input, output).bias(false).dtype(DType::BF16).init(Init::Meta).build();
+    for layer in &mut model.layers {
+        layer.attn.o = linear(local.num_attention_heads * config.head_dim(), config.hidden_size);
+        layer.mlp.down = linear(local.intermediate_size, config.hidden_size);
+    }
+    model
+}
+
+/// The Megatron split of [`llama_rank`]: q, k, v, gate and up by output rows, o and down by
+/// input columns.
+pub(crate) fn llama_placement(world: usize, rank: usize) -> TensorParallel {
+    TensorParallel {
+        world_size: world,
+        rank,
+        column: ["attn.q", "attn.k", "attn.v", "mlp.gate", "mlp.up"].map(|p| format!("layers.*.{p}")).to_vec(),
+        row: vec!["layers.*.attn.o".into(), "layers.*.mlp.down".into()],
+    }
+}
+
 #[test]
 fn tensor_parallel_ranks_take_halves_of_the_mapped_file() {
     let path = fixtures().join("llama-tiny/model.safetensors");
@@ -291,37 +319,8 @@ fn tensor_parallel_ranks_take_halves_of_the_mapped_file() {
     archive.import_into(&mut whole, "").unwrap();
     let mut ranks = Vec::new();
     for rank in 0..2 {
-        let mut local = config.clone();
-        local.num_attention_heads /= 2;
-        local.num_key_value_heads = Some(config.kv_heads() / 2);
-        local.head_dim = Some(config.head_dim());
-        local.intermediate_size /= 2;
-        let mut model = Llama::new(&local, DType::BF16, Init::Meta);
-        // Row-parallel layers keep the full output width.
-        for layer in &mut model.layers {
-            layer.attn.o = Linear::builder(local.num_attention_heads * config.head_dim(), config.hidden_size)
-                .bias(false)
-                .dtype(DType::BF16)
-                .init(Init::Meta)
-                .build();
-            layer.mlp.down = Linear::builder(local.intermediate_size, config.hidden_size)
-                .bias(false)
-                .dtype(DType::BF16)
-                .init(Init::Meta)
-                .build();
-        }
-        let placement = TensorParallel {
-            world_size: 2,
-            rank,
-            column: vec![
-                "layers.*.attn.q".into(),
-                "layers.*.attn.k".into(),
-                "layers.*.attn.v".into(),
-                "layers.*.mlp.gate".into(),
-                "layers.*.mlp.up".into(),
-            ],
-            row: vec!["layers.*.attn.o".into(), "layers.*.mlp.down".into()],
-        };
+        let mut model = llama_rank(&config, 2);
+        let placement = llama_placement(2, rank);
         let options = ImportOptions::default().with_placement(placement);
         archive.import_into_with(&mut model, "", &options).unwrap();
         assert!(model.flat_state_dict().iter().all(|(_, t)| t.is_mapped()), "rank {rank} reads its slice of the file");

@@ -14,16 +14,16 @@ use std::time::{Duration, Instant};
 
 use nnx::models::gpt2::{Gpt2, Gpt2Config};
 use nnx::models::llama::{Llama, LlamaConfig};
-use nnx::nn::{Init, Linear};
+use nnx::nn::Init;
 use nnx::remote::{RangeCache, RemoteOptions};
-use nnx::{Archive, DType, Error, ImportOptions, Module, RemoteProblem, SaveOptions, TensorParallel};
+use nnx::{Archive, DType, Error, ImportOptions, Module, RemoteProblem, SaveOptions};
 
 use crate::util::{cache_dir, fixtures, scratch};
 
 /// The secret the tests give the store: no error may print it.
 const SECRET: &str = "never-printed-s3cr3t";
 
-/// `moto_server` on a free loopback port, killed when dropped.
+/// `moto_server` on a free loopback port with the bucket `models`, killed when dropped.
 struct S3Server {
     child: Child,
     port: u16,
@@ -55,6 +55,7 @@ impl S3Server {
             assert!(Instant::now() < deadline, "moto did not listen on 127.0.0.1:{port} within 60 s");
             std::thread::sleep(Duration::from_millis(100));
         }
+        server.create_bucket("models");
         server
     }
 
@@ -177,6 +178,21 @@ fn upload_folder(dir: &Path, url: &str, options: &RemoteOptions) {
     }
 }
 
+/// Checks that two models hold the same tensors, byte for byte, and returns the bytes of those
+/// of `report.imported`: what an import read.
+fn same_tensors(ours: &impl Module, theirs: &impl Module, report: &nnx::ImportReport, what: &str) -> u64 {
+    let (ours, theirs) = (ours.flat_state_dict(), theirs.flat_state_dict());
+    assert_eq!(ours.keys().collect::<Vec<_>>(), theirs.keys().collect::<Vec<_>>(), "{what}");
+    let mut read = 0u64;
+    for ((name, ours), (_, theirs)) in ours.iter().zip(theirs.iter()) {
+        assert_eq!(ours.to_bytes().unwrap(), theirs.to_bytes().unwrap(), "{what}: {name}");
+        if report.imported.iter().any(|imported| imported == name) {
+            read += theirs.byte_len() as u64;
+        }
+    }
+    read
+}
+
 /// Bytes of the 8-byte length and the header of a local SafeTensors file.
 fn header_bytes(path: &Path) -> u64 {
     let mut first = [0u8; 8];
@@ -203,7 +219,6 @@ fn sharded_llama(dir: &Path) -> PathBuf {
 #[test]
 fn opening_fetches_headers_only_and_an_import_equals_the_local_one() {
     let server = S3Server::start();
-    server.create_bucket("models");
     let options = options(&server.endpoint());
     let local_path = fixtures().join("gpt2-tiny/model.safetensors");
     nnx::remote::upload(&local_path, "s3://models/gpt2/model.safetensors", &options).unwrap();
@@ -225,21 +240,13 @@ fn opening_fetches_headers_only_and_an_import_equals_the_local_one() {
     let (mut from_s3, mut from_disk) = (gpt2(), gpt2());
     let report = remote.import_into(&mut from_s3, "").unwrap();
     local.import_into(&mut from_disk, "").unwrap();
-    let (ours, theirs) = (from_s3.flat_state_dict(), from_disk.flat_state_dict());
-    let mut read = 0u64;
-    for (name, tensor) in theirs.iter() {
-        assert_eq!(ours.get(name).unwrap().to_bytes().unwrap(), tensor.to_bytes().unwrap(), "{name}");
-        if report.imported.iter().any(|imported| imported == name) {
-            read += tensor.byte_len() as u64;
-        }
-    }
+    let read = same_tensors(&from_s3, &from_disk, &report, "GPT-2 from S3");
     assert_eq!(remote.transfer_stats().unwrap().bytes, header + read, "each imported byte once, nothing else");
 }
 
 #[test]
 fn a_sharded_folder_loads_and_each_tensor_parallel_rank_fetches_its_share() {
     let server = S3Server::start();
-    server.create_bucket("models");
     let proxy = Proxy::start(server.port);
     let options = options(&proxy.endpoint());
     let dir = scratch();
@@ -261,53 +268,21 @@ fn a_sharded_folder_loads_and_each_tensor_parallel_rank_fetches_its_share() {
     let local = Archive::open(&folder).unwrap();
     let (mut whole, mut expected) =
         (Llama::new(&config, DType::BF16, Init::Meta), Llama::new(&config, DType::BF16, Init::Meta));
-    remote.import_into(&mut whole, "").unwrap();
+    let report = remote.import_into(&mut whole, "").unwrap();
     local.import_into(&mut expected, "").unwrap();
-    for ((name, ours), (_, theirs)) in whole.flat_state_dict().iter().zip(expected.flat_state_dict().iter()) {
-        assert_eq!(ours.to_bytes().unwrap(), theirs.to_bytes().unwrap(), "{name}");
-    }
+    same_tensors(&whole, &expected, &report, "the sharded Llama");
     assert_eq!(remote.transfer_stats().unwrap().bytes, index + total, "the whole checkpoint once");
 
     for rank in 0..2 {
-        let mut local_config = config.clone();
-        local_config.num_attention_heads /= 2;
-        local_config.num_key_value_heads = Some(config.kv_heads() / 2);
-        local_config.head_dim = Some(config.head_dim());
-        local_config.intermediate_size /= 2;
-        let meta = || {
-            let mut model = Llama::new(&local_config, DType::BF16, Init::Meta);
-            for layer in &mut model.layers {
-                let linear = |input, output| {
-                    Linear::builder(input, output).bias(false).dtype(DType::BF16).init(Init::Meta).build()
-                };
-                layer.attn.o = linear(local_config.num_attention_heads * config.head_dim(), config.hidden_size);
-                layer.mlp.down = linear(local_config.intermediate_size, config.hidden_size);
-            }
-            model
-        };
-        let placement = TensorParallel {
-            world_size: 2,
-            rank,
-            column: ["q", "k", "v"]
-                .map(|p| format!("layers.*.attn.{p}"))
-                .into_iter()
-                .chain(["gate", "up"].map(|p| format!("layers.*.mlp.{p}")))
-                .collect(),
-            row: vec!["layers.*.attn.o".into(), "layers.*.mlp.down".into()],
-        };
+        let meta = || crate::import::llama_rank(&config, 2);
+        let placement = crate::import::llama_placement(2, rank);
         let import = ImportOptions::default().with_placement(placement.clone());
         let sent_before = proxy.sent.load(Ordering::Relaxed);
         let remote = Archive::open_remote("s3://models/llama/", &options).unwrap();
         let (mut ours, mut theirs) = (meta(), meta());
         let report = remote.import_into_with(&mut ours, "", &import).unwrap();
         local.import_into_with(&mut theirs, "", &ImportOptions::default().with_placement(placement)).unwrap();
-        let mut share = 0u64;
-        for ((name, ours), (_, theirs)) in ours.flat_state_dict().iter().zip(theirs.flat_state_dict().iter()) {
-            assert_eq!(ours.to_bytes().unwrap(), theirs.to_bytes().unwrap(), "rank {rank}: {name}");
-            if report.imported.iter().any(|imported| imported == name) {
-                share += theirs.byte_len() as u64;
-            }
-        }
+        let share = same_tensors(&ours, &theirs, &report, &format!("rank {rank}"));
         let stats = remote.transfer_stats().unwrap();
         assert_eq!(stats.bytes, index + headers + share, "rank {rank}: its share plus the headers and the index");
         assert!(share < total * 3 / 4, "rank {rank} reads about half: {share} of {total}");
@@ -324,7 +299,6 @@ fn a_sharded_folder_loads_and_each_tensor_parallel_rank_fetches_its_share() {
 #[test]
 fn a_local_cache_serves_ranges_fetched_before() {
     let server = S3Server::start();
-    server.create_bucket("models");
     let dir = scratch();
     let cache = RangeCache::new(dir.path().join("cache"), 64 << 20);
     let options = options(&server.endpoint()).with_cache(cache.clone());
@@ -351,7 +325,6 @@ fn a_local_cache_serves_ranges_fetched_before() {
 #[test]
 fn errors_name_the_url_and_a_server_that_stops_mid_read_fails_in_bounded_time() {
     let server = S3Server::start();
-    server.create_bucket("models");
     let proxy = Proxy::start(server.port);
     let options = options(&proxy.endpoint());
     let local_path = fixtures().join("gpt2-tiny/model.safetensors");
@@ -381,7 +354,6 @@ fn errors_name_the_url_and_a_server_that_stops_mid_read_fails_in_bounded_time() 
 #[test]
 fn the_command_line_inspects_converts_and_diffs_urls() {
     let server = S3Server::start();
-    server.create_bucket("models");
     let options = options(&server.endpoint());
     let local_path = fixtures().join("gpt2-tiny/model.safetensors");
     nnx::remote::upload(&local_path, "s3://models/gpt2/model.safetensors", &options).unwrap();
@@ -436,11 +408,9 @@ fn hub_repositories_are_read_with_range_requests_on_resolve_urls() {
     let header = header_bytes(&local_path);
     assert_eq!(archive.transfer_stats().unwrap().bytes, header, "the header only");
     let (mut ours, mut theirs) = (gpt2(), gpt2());
-    archive.import_into(&mut ours, "").unwrap();
+    let report = archive.import_into(&mut ours, "").unwrap();
     Archive::open(&local_path).unwrap().import_into(&mut theirs, "").unwrap();
-    for ((name, a), (_, b)) in ours.flat_state_dict().iter().zip(theirs.flat_state_dict().iter()) {
-        assert_eq!(a.to_bytes().unwrap(), b.to_bytes().unwrap(), "{name}");
-    }
+    same_tensors(&ours, &theirs, &report, "GPT-2 from the Hub");
     // Every read of the weights was a bounded range request, none the whole file.
     let gets: Vec<_> =
         hub.requests().into_iter().filter(|r| r.method == "GET" && r.path.contains("model.safetensors")).collect();
