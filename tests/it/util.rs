@@ -51,3 +51,15 @@ pub fn max_abs_diff(ours: &[f32], expected: &[f32], what: &str) -> f32 {
     assert_eq!(ours.len(), expected.len(), "{what}: {} values, the reference has {}", ours.len(), expected.len());
     ours.iter().zip(expected).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max)
 }
+
+/// The example binary `name`, which `cargo test` builds beside the test binaries.
+pub fn example_binary(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let binary = deps.parent().unwrap().join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "the {name} example is not built at `{}`: run `cargo test` (it builds examples)",
+        binary.display()
+    );
+    binary
+}
