@@ -71,6 +71,8 @@ pub use nnx_io::hub;
 /// Archives in object stores and on the Hub: [`Archive::open`] takes their URLs.
 #[cfg(feature = "remote")]
 pub use nnx_io::remote;
+/// Printing outside text safely: control characters escaped, URLs without credentials.
+pub use nnx_io::text;
 pub use nnx_io::{
     Archive, ConfigRule, EntryInfo, EntryLocation, FileKind, HeaderProblem, HookContext, ImportError, ImportHook,
     ImportOptions, ImportPlan, ImportProblem, ImportReport, PAGE_BYTES, SaveOptions, TensorParallel, quantized, sniff,

@@ -207,6 +207,31 @@ pub enum Error {
         /// The elements available.
         len: usize,
     },
+    /// Materializing a view that repeats its elements into far more bytes than it is stored in
+    /// (a zero stride over a small storage), past the limit of the call.
+    #[error(
+        "materializing a view of shape {shape:?} (strides {strides:?}) takes {bytes} bytes, over the limit of {limit} bytes for the {stored} bytes it is stored in: the view repeats its elements; if that copy is meant, ask for it with `Tensor::contiguous_within` and a larger limit"
+    )]
+    Expansion {
+        /// The view's shape.
+        shape: Vec<usize>,
+        /// The view's strides, in elements.
+        strides: Vec<usize>,
+        /// The bytes the copy would take.
+        bytes: usize,
+        /// The bytes of the storage under the view.
+        stored: usize,
+        /// The most bytes allowed.
+        limit: usize,
+    },
+    /// Memory the system refused for a copy whose size comes from a file.
+    #[error("cannot allocate {bytes} bytes to {op}: free memory, or read the entry in smaller pieces")]
+    Allocation {
+        /// What the memory was for.
+        op: &'static str,
+        /// The bytes asked for.
+        bytes: usize,
+    },
     /// A load or import that found problems (a partial load that matched nothing among them);
     /// nothing was changed.
     #[error(transparent)]

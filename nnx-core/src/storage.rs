@@ -47,6 +47,15 @@ impl AlignedBuf {
         AlignedBuf { words: vec![0u64; len.div_ceil(8)], len }
     }
 
+    /// [`AlignedBuf::zeroed`] that reports a refused allocation instead of aborting: for
+    /// buffers whose size comes from a file.
+    pub(crate) fn try_zeroed(len: usize) -> Option<AlignedBuf> {
+        let mut words = Vec::new();
+        words.try_reserve_exact(len.div_ceil(8)).ok()?;
+        words.resize(len.div_ceil(8), 0);
+        Some(AlignedBuf { words, len })
+    }
+
     pub(crate) fn from_bytes(bytes: &[u8]) -> AlignedBuf {
         let mut buf = AlignedBuf::zeroed(bytes.len());
         buf.as_mut_bytes().copy_from_slice(bytes);

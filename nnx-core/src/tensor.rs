@@ -448,13 +448,14 @@ impl Tensor {
     /// otherwise a contiguous copy first.
     ///
     /// # Errors
-    /// [`Error::Reshape`] when the element counts differ.
+    /// [`Error::Reshape`] when the element counts differ; [`Error::Expansion`] and
+    /// [`Error::Allocation`] as for [`to_bytes`](Tensor::to_bytes).
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         let to_len = element_count(self.dtype, shape)?;
         if to_len != self.len() {
             return Err(Error::Reshape { from: self.shape.clone(), from_len: self.len(), to: shape.to_vec(), to_len });
         }
-        let base = self.contiguous();
+        let base = self.contiguous_within(self.expansion_limit())?;
         Ok(Tensor {
             storage: base.storage,
             dtype: base.dtype,
@@ -465,8 +466,87 @@ impl Tensor {
         })
     }
 
+    /// How many times the bytes of its storage a view may take once materialized by
+    /// [`to_bytes`](Tensor::to_bytes), [`to_vec`](Tensor::to_vec), [`to_dtype`](Tensor::to_dtype)
+    /// and [`reshape`](Tensor::reshape), beyond [`Tensor::EXPANSION_ALLOWANCE`]. A view that
+    /// repeats its elements (a zero stride) can describe far more elements than its storage
+    /// holds: a file of a few hundred bytes can describe gigabytes. Transposes, slices and the
+    /// broadcasts models use stay far below the limit; a larger copy is asked for explicitly
+    /// with [`contiguous_within`](Tensor::contiguous_within).
+    pub const EXPANSION_FACTOR: usize = 16;
+
+    /// Bytes a view may take once materialized whatever its storage holds, so that small
+    /// storages broadcast to ordinary sizes (a bias repeated over a batch) always materialize.
+    pub const EXPANSION_ALLOWANCE: usize = 64 << 20;
+
+    /// The bytes of the storage this tensor is a view of (0 for a meta tensor).
+    pub fn stored_bytes(&self) -> usize {
+        self.storage.0.bytes().map_or(0, <[u8]>::len)
+    }
+
+    /// The most bytes this tensor may take once materialized without an explicit limit:
+    /// [`Tensor::EXPANSION_FACTOR`] times [`stored_bytes`](Tensor::stored_bytes), plus
+    /// [`Tensor::EXPANSION_ALLOWANCE`].
+    pub fn expansion_limit(&self) -> usize {
+        self.stored_bytes().saturating_mul(Tensor::EXPANSION_FACTOR).saturating_add(Tensor::EXPANSION_ALLOWANCE)
+    }
+
+    /// Checks that materializing this tensor takes at most `limit` bytes (always true of a
+    /// contiguous one, which materializes as the bytes it already has).
+    ///
+    /// # Errors
+    /// [`Error::Expansion`] naming the bytes asked and the limit.
+    pub fn check_expansion(&self, limit: usize) -> Result<()> {
+        if self.is_contiguous() || self.is_meta() || self.byte_len() <= limit {
+            return Ok(());
+        }
+        Err(Error::Expansion {
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+            bytes: self.byte_len(),
+            stored: self.stored_bytes(),
+            limit,
+        })
+    }
+
+    /// [`contiguous`](Tensor::contiguous) for views whose layout comes from a file: the copy
+    /// may take at most `limit` bytes ([`expansion_limit`](Tensor::expansion_limit) is the
+    /// default every materializing method applies; `usize::MAX` lifts it), and a refused
+    /// allocation is an error rather than an abort.
+    ///
+    /// # Errors
+    /// [`Error::Expansion`] past `limit`, [`Error::Allocation`] when memory is refused.
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::Tensor;
+    /// let one = Tensor::from_vec(vec![1.0f32], &[1])?;
+    /// let repeated = one.as_strided(&[1 << 20], &[0], 0)?;
+    /// assert!(repeated.contiguous_within(1 << 10).is_err());
+    /// assert_eq!(repeated.contiguous_within(usize::MAX)?.len(), 1 << 20);
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn contiguous_within(&self, limit: usize) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        if self.is_meta() {
+            return Ok(Tensor::meta(self.dtype, &self.shape));
+        }
+        self.check_expansion(limit)?;
+        let mut buf = AlignedBuf::try_zeroed(self.byte_len())
+            .ok_or(Error::Allocation { op: "materialize a view", bytes: self.byte_len() })?;
+        advise_huge_pages(buf.as_mut_bytes());
+        self.gather_into(buf.as_mut_bytes());
+        Ok(Tensor::with_storage(Storage::Owned(buf), self.dtype, &self.shape))
+    }
+
     /// This tensor if it is contiguous, otherwise an owned row-major copy of its elements.
     /// Meta tensors stay meta (with row-major strides).
+    ///
+    /// No limit applies: this is for tensors the program built itself. For a view read from a
+    /// file, whose strides may repeat a few bytes into gigabytes, use
+    /// [`contiguous_within`](Tensor::contiguous_within).
     pub fn contiguous(&self) -> Tensor {
         if self.is_contiguous() {
             return self.clone();
@@ -491,15 +571,25 @@ impl Tensor {
     }
 
     /// The elements as packed row-major bytes: borrowed when the tensor is contiguous, copied
-    /// otherwise.
+    /// otherwise (within [`expansion_limit`](Tensor::expansion_limit)).
     ///
     /// # Errors
-    /// [`Error::Meta`] for a meta tensor.
+    /// [`Error::Meta`] for a meta tensor; [`Error::Expansion`] and [`Error::Allocation`] for a
+    /// copy past the limit or refused memory.
     pub fn to_bytes(&self) -> Result<Cow<'_, [u8]>> {
         if self.is_meta() {
             return Err(Error::Meta { op: "to_bytes" });
         }
-        Ok(self.to_bytes_cow())
+        if self.is_contiguous() {
+            return Ok(self.to_bytes_cow());
+        }
+        self.check_expansion(self.expansion_limit())?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(self.byte_len())
+            .map_err(|_| Error::Allocation { op: "materialize a view", bytes: self.byte_len() })?;
+        out.resize(self.byte_len(), 0);
+        self.gather_into(&mut out);
+        Ok(Cow::Owned(out))
     }
 
     fn to_bytes_cow(&self) -> Cow<'_, [u8]> {
@@ -556,14 +646,16 @@ impl Tensor {
     ///
     /// # Errors
     /// [`Error::DTypeMismatch`] unless `T` is the tensor's dtype; [`Error::Meta`] for a meta
-    /// tensor.
+    /// tensor; [`Error::Expansion`] and [`Error::Allocation`] as for
+    /// [`to_bytes`](Tensor::to_bytes).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype {
             return Err(Error::DTypeMismatch { expected: T::DTYPE, found: self.dtype });
         }
         let bytes = self.to_bytes()?;
         check_bools(self.dtype, &bytes)?;
-        let mut out: Vec<T> = Vec::with_capacity(self.len());
+        let mut out: Vec<T> = Vec::new();
+        out.try_reserve_exact(self.len()).map_err(|_| Error::Allocation { op: "to_vec", bytes: bytes.len() })?;
         assert_eq!(bytes.len(), self.len() * std::mem::size_of::<T>(), "packed bytes of the tensor's elements");
         // SAFETY: `out` has capacity for `len` elements of `T`, and `bytes` holds exactly
         // `len * size_of::<T>()` bytes (asserted above). The bytes are a valid `T` each: plain
@@ -615,7 +707,8 @@ impl Tensor {
     ///
     /// # Errors
     /// [`Error::NotCastable`] for any other pair of dtypes; bytes are never reinterpreted.
-    /// A meta tensor casts to a meta tensor of the new dtype.
+    /// A meta tensor casts to a meta tensor of the new dtype. [`Error::Expansion`] and
+    /// [`Error::Allocation`] as for [`to_bytes`](Tensor::to_bytes).
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype {
             return Ok(self.clone());
@@ -626,9 +719,11 @@ impl Tensor {
         if self.is_meta() {
             return Ok(Tensor::meta(dtype, &self.shape));
         }
-        let source = self.contiguous();
+        let source = self.contiguous_within(self.expansion_limit())?;
         let count = self.len();
-        let mut buf = AlignedBuf::zeroed(packed_bytes(dtype, count));
+        let out_bytes = packed_bytes(dtype, count);
+        let mut buf =
+            AlignedBuf::try_zeroed(out_bytes).ok_or(Error::Allocation { op: "to_dtype", bytes: out_bytes })?;
         advise_huge_pages(buf.as_mut_bytes());
         let input = source.to_bytes_cow();
         convert(self.dtype, &input, dtype, buf.as_mut_bytes());

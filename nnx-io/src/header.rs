@@ -8,6 +8,7 @@ use std::fmt;
 use nnx_core::DType;
 
 pub use crate::error::HeaderProblem;
+use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
 /// The largest header accepted, as in the reference implementation.
@@ -67,41 +68,20 @@ impl<'de> Visitor<'de> for HeaderVisitor<'_> {
         let mut entries = Vec::new();
         let mut metadata = BTreeMap::new();
         let mut seen = HashSet::new();
-        let mut fail = |problem: HeaderProblem| {
-            *self.problem = Some(problem);
-            de::Error::custom("invalid header")
-        };
+        fn fail<E: de::Error>(slot: &mut Option<HeaderProblem>, problem: HeaderProblem) -> E {
+            *slot = Some(problem);
+            E::custom("invalid header")
+        }
         while let Some(name) = map.next_key::<String>()? {
             if !seen.insert(name.clone()) {
-                return Err(fail(HeaderProblem::DuplicateName { name }));
+                return Err(fail(self.problem, HeaderProblem::DuplicateName { name }));
             }
             if name == "__metadata__" {
-                let value: serde_json::Value = map.next_value()?;
-                match value {
-                    serde_json::Value::Null => {}
-                    serde_json::Value::Object(object) => {
-                        for (key, value) in object {
-                            match value {
-                                serde_json::Value::String(text) => {
-                                    metadata.insert(key, text);
-                                }
-                                other => {
-                                    return Err(fail(HeaderProblem::BadMetadata {
-                                        key: Some(key),
-                                        found: json_kind(&other).into(),
-                                    }));
-                                }
-                            }
-                        }
-                    }
-                    other => {
-                        return Err(fail(HeaderProblem::BadMetadata { key: None, found: json_kind(&other).into() }));
-                    }
-                }
+                metadata = map.next_value_seed(MetadataSeed { problem: &mut *self.problem })?;
                 continue;
             }
             if name.is_empty() {
-                return Err(fail(HeaderProblem::EmptyName));
+                return Err(fail(self.problem, HeaderProblem::EmptyName));
             }
             *self.current = Some(name.clone());
             let entry: RawEntry = map.next_value()?;
@@ -120,14 +100,195 @@ impl<'de> DeserializeSeed<'de> for HeaderVisitor<'_> {
     }
 }
 
-fn json_kind(value: &serde_json::Value) -> &'static str {
-    match value {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
+/// Reads `__metadata__`: `null`, or an object whose values are all strings. Nothing but the
+/// strings kept is built: a value of another kind is skipped unread (its kind kept for the
+/// message), so a huge array costs no memory, and the text kept is counted against
+/// [`MAX_METADATA_BYTES`].
+struct MetadataSeed<'a> {
+    problem: &'a mut Option<HeaderProblem>,
+}
+
+impl<'de> DeserializeSeed<'de> for MetadataSeed<'_> {
+    type Value = BTreeMap<String, String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl MetadataSeed<'_> {
+    fn refuse<E: de::Error>(self, key: Option<String>, found: JsonKind) -> E {
+        *self.problem = Some(HeaderProblem::BadMetadata { key, found: found.0.into() });
+        E::custom("invalid metadata")
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataSeed<'_> {
+    type Value = BTreeMap<String, String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object of strings")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(BTreeMap::new())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut metadata = BTreeMap::new();
+        let mut budget = TextBudget::new(MAX_METADATA_BYTES);
+        while let Some(key) = map.next_key::<String>()? {
+            match map.next_value::<StringOrKind>()? {
+                StringOrKind::String(text) => {
+                    if let Err(asked) = budget.take_entry(key.len() + text.len()) {
+                        *self.problem = Some(HeaderProblem::MetadataTooLarge { key, asked, limit: budget.limit });
+                        return Err(de::Error::custom("metadata too large"));
+                    }
+                    metadata.insert(key, text);
+                }
+                StringOrKind::Other(found) => return Err(self.refuse(Some(key), found)),
+            }
+        }
+        Ok(metadata)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Err(self.refuse(None, JsonKind::BOOL))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Err(self.refuse(None, JsonKind::NUMBER))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Err(self.refuse(None, JsonKind::NUMBER))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Err(self.refuse(None, JsonKind::NUMBER))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Err(self.refuse(None, JsonKind::STRING))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        // Skipped rather than read, so that the refusal costs no memory.
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Err(self.refuse(None, JsonKind::ARRAY))
+    }
+}
+
+/// What kind of JSON value was found, for messages.
+#[derive(Clone, Copy)]
+pub(crate) struct JsonKind(pub(crate) &'static str);
+
+impl JsonKind {
+    const BOOL: JsonKind = JsonKind("a boolean");
+    const NUMBER: JsonKind = JsonKind("a number");
+    const STRING: JsonKind = JsonKind("a string");
+    const ARRAY: JsonKind = JsonKind("an array");
+    const OBJECT: JsonKind = JsonKind("an object");
+    const NULL: JsonKind = JsonKind("null");
+}
+
+/// A JSON string, or the kind of any other value, which is skipped without being built.
+pub(crate) enum StringOrKind {
+    String(String),
+    Other(JsonKind),
+}
+
+impl<'de> Deserialize<'de> for StringOrKind {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Kind;
+        impl<'de> Visitor<'de> for Kind {
+            type Value = StringOrKind;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<StringOrKind, E> {
+                Ok(StringOrKind::Other(JsonKind::NULL))
+            }
+
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<StringOrKind, E> {
+                Ok(StringOrKind::Other(JsonKind::BOOL))
+            }
+
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<StringOrKind, E> {
+                Ok(StringOrKind::Other(JsonKind::NUMBER))
+            }
+
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<StringOrKind, E> {
+                Ok(StringOrKind::Other(JsonKind::NUMBER))
+            }
+
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<StringOrKind, E> {
+                Ok(StringOrKind::Other(JsonKind::NUMBER))
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<StringOrKind, E> {
+                Ok(StringOrKind::String(text.to_string()))
+            }
+
+            fn visit_string<E: de::Error>(self, text: String) -> Result<StringOrKind, E> {
+                Ok(StringOrKind::String(text))
+            }
+
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<StringOrKind, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(StringOrKind::Other(JsonKind::ARRAY))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StringOrKind, A::Error> {
+                while map.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+                Ok(StringOrKind::Other(JsonKind::OBJECT))
+            }
+        }
+        deserializer.deserialize_any(Kind)
+    }
+}
+
+/// The most bytes of metadata a reader keeps for one file: the text of every key and value,
+/// plus [`METADATA_ENTRY_BYTES`] per entry for the map that holds it. Far more than any
+/// checkpoint carries; a file that reaches it (a value referenced over and over, millions of
+/// tiny entries) is refused rather than left to exhaust memory.
+pub const MAX_METADATA_BYTES: usize = 64 << 20;
+
+/// What each metadata entry is counted as beyond its text: about what a map node and two
+/// string allocations take.
+pub const METADATA_ENTRY_BYTES: usize = 64;
+
+/// Counts the bytes a reader keeps against a limit.
+pub(crate) struct TextBudget {
+    used: usize,
+    pub(crate) limit: usize,
+}
+
+impl TextBudget {
+    pub(crate) fn new(limit: usize) -> TextBudget {
+        TextBudget { used: 0, limit }
+    }
+
+    /// The most text one more entry may hold.
+    pub(crate) fn room(&self) -> usize {
+        self.limit.saturating_sub(self.used).saturating_sub(METADATA_ENTRY_BYTES)
+    }
+
+    /// The total that one more entry of `text` bytes asks for.
+    pub(crate) fn asked(&self, text: usize) -> usize {
+        self.used.saturating_add(text).saturating_add(METADATA_ENTRY_BYTES)
+    }
+
+    /// Takes one entry of `text` bytes; `Err` with the total asked when that passes the limit.
+    pub(crate) fn take_entry(&mut self, text: usize) -> Result<(), usize> {
+        let asked = self.asked(text);
+        if asked > self.limit {
+            return Err(asked);
+        }
+        self.used = asked;
+        Ok(())
     }
 }
 

@@ -1,14 +1,16 @@
 //! Sharded checkpoints: reading `model.safetensors.index.json` (each shard opened only when
 //! one of its entries is needed) and checking shards against it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
 use crate::error::{Error, IndexProblem, Result, ShardProblem};
+use crate::header::{MAX_METADATA_BYTES, TextBudget};
 use crate::mapped::MappedFile;
 
 /// A parsed shard index.
@@ -25,138 +27,386 @@ pub(crate) struct ShardIndex {
     pub(crate) shards: Vec<PathBuf>,
 }
 
-/// Reads `weight_map` in order, refusing a name listed twice. The reason for a refusal is parked
-/// in `problem` so that it survives serde's error with its own wording.
-struct WeightMapVisitor<'a> {
+/// The largest shard index read: an index lists names and file names only, a few megabytes for
+/// the largest models; anything far past that is damaged or hostile.
+pub const MAX_INDEX_BYTES: u64 = 64 << 20;
+
+/// Parks `problem` where the caller finds it, and gives serde an error to unwind with.
+fn park<E: de::Error>(slot: &mut Option<IndexProblem>, problem: IndexProblem) -> E {
+    *slot = Some(problem);
+    E::custom("invalid shard index")
+}
+
+/// `weight_map` read in order, straight into what the index keeps: a name listed twice is
+/// refused, shard file names are numbered as they first appear, and the names are counted
+/// against [`MAX_METADATA_BYTES`] so that millions of tiny entries cannot exhaust memory.
+struct WeightMap {
+    /// Entry name -> shard number, in order.
+    pairs: Vec<(String, usize)>,
+    lookup: HashMap<String, usize>,
+    /// Shard file names, in order of first mention.
+    shards: Vec<String>,
+    /// The first entry whose shard is not a plain file name, reported once the map is read.
+    bad_shard: Option<(String, String)>,
+}
+
+struct WeightMapSeed<'a> {
     problem: &'a mut Option<IndexProblem>,
 }
 
-impl<'de> Visitor<'de> for WeightMapVisitor<'_> {
-    type Value = Vec<(String, String)>;
+impl<'de> Visitor<'de> for WeightMapSeed<'_> {
+    type Value = WeightMap;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an object mapping entry names to shard file names")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut seen = HashSet::new();
-        let mut pairs = Vec::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WeightMap, A::Error> {
+        let mut budget = TextBudget::new(MAX_METADATA_BYTES);
+        let mut numbers: HashMap<String, usize> = HashMap::new();
+        let mut found = WeightMap { pairs: Vec::new(), lookup: HashMap::new(), shards: Vec::new(), bad_shard: None };
         while let Some((name, shard)) = map.next_entry::<String, String>()? {
-            if !seen.insert(name.clone()) {
-                *self.problem = Some(IndexProblem::DuplicateName { name });
-                return Err(de::Error::custom("duplicate entry"));
+            if let Err(asked) = budget.take_entry(name.len()) {
+                let problem = IndexProblem::TooLarge { field: "weight_map", key: name, asked, limit: budget.limit };
+                return Err(park(self.problem, problem));
             }
-            pairs.push((name, shard));
+            if found.bad_shard.is_none()
+                && (shard.is_empty() || shard.contains('/') || shard.contains('\\') || shard == "..")
+            {
+                found.bad_shard = Some((name.clone(), shard.clone()));
+            }
+            let number = match numbers.get(&shard) {
+                Some(&number) => number,
+                None => {
+                    found.shards.push(shard.clone());
+                    numbers.insert(shard, found.shards.len() - 1);
+                    found.shards.len() - 1
+                }
+            };
+            if found.lookup.insert(name.clone(), number).is_some() {
+                return Err(park(self.problem, IndexProblem::DuplicateName { name }));
+            }
+            found.pairs.push((name, number));
         }
-        Ok(pairs)
+        Ok(found)
     }
 }
 
-impl<'de> DeserializeSeed<'de> for WeightMapVisitor<'_> {
-    type Value = Vec<(String, String)>;
+impl<'de> DeserializeSeed<'de> for WeightMapSeed<'_> {
+    type Value = WeightMap;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<WeightMap, D::Error> {
         deserializer.deserialize_map(self)
     }
 }
 
-impl ShardIndex {
-    /// Reads and checks the index at `path` (the shards themselves are opened later).
-    ///
-    /// # Errors
-    /// [`Error::Io`] when it cannot be read, [`Error::Index`] when it is not a usable index.
-    pub(crate) fn read(path: &Path) -> Result<ShardIndex> {
-        let text = std::fs::read_to_string(path).map_err(Error::io("read", path))?;
-        ShardIndex::parse(path, &text)
+/// `metadata`: `null`, or an object whose values are kept as text (a string as it is, any other
+/// value as compact JSON), counted against [`MAX_METADATA_BYTES`] as they are written.
+struct MetadataSeed<'a> {
+    problem: &'a mut Option<IndexProblem>,
+}
+
+impl<'de> Visitor<'de> for MetadataSeed<'_> {
+    type Value = BTreeMap<String, String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
     }
 
-    /// Checks the index `text` read from `path` (a file, or the URL of a remote one); shard
-    /// names are taken relative to the folder of `path`.
-    ///
-    /// # Errors
-    /// [`Error::Index`] when it is not a usable index.
-    pub(crate) fn parse(path: &Path, text: &str) -> Result<ShardIndex> {
-        let invalid = |problem: IndexProblem| Error::Index { path: path.to_path_buf(), problem };
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|error| invalid(IndexProblem::NotJson { message: error.to_string() }))?;
-        let serde_json::Value::Object(object) = value else {
-            return Err(invalid(IndexProblem::NotObject));
-        };
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(BTreeMap::new())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut metadata = BTreeMap::new();
-        match object.get("metadata") {
-            None | Some(serde_json::Value::Null) => {}
-            Some(serde_json::Value::Object(values)) => {
-                for (key, value) in values.iter().filter(|(key, _)| *key != "total_size") {
-                    let text = match value {
-                        serde_json::Value::String(text) => text.clone(),
-                        other => other.to_string(),
-                    };
-                    metadata.insert(key.clone(), text);
-                }
+        let mut budget = TextBudget::new(MAX_METADATA_BYTES);
+        while let Some(key) = map.next_key::<String>()? {
+            // `total_size` describes the index's own shards and is written anew with them.
+            if key == "total_size" {
+                map.next_value::<de::IgnoredAny>()?;
+                continue;
             }
-            Some(_) => return Err(invalid(IndexProblem::MetadataNotObject)),
-        }
-        if !object.contains_key("weight_map") {
-            return Err(invalid(IndexProblem::NoWeightMap));
-        }
-        // Parse `weight_map` again from the text to keep its order and catch duplicate names,
-        // which a JSON object silently drops.
-        let mut problem = None;
-        let pairs = weight_map_pairs(text, &mut problem).map_err(|error| match problem.take() {
-            Some(problem) => invalid(problem),
-            None => invalid(IndexProblem::WeightMapNotStrings { message: error.to_string() }),
-        })?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let mut shards: Vec<PathBuf> = Vec::new();
-        let mut shard_numbers: HashMap<String, usize> = HashMap::new();
-        let mut weight_map = Vec::with_capacity(pairs.len());
-        let mut lookup = HashMap::with_capacity(pairs.len());
-        for (name, shard) in pairs {
-            if shard.is_empty() || shard.contains('/') || shard.contains('\\') || shard == ".." {
-                return Err(invalid(IndexProblem::BadShardName { name, shard }));
+            let room = budget.room().saturating_sub(key.len());
+            let mut text = String::new();
+            let written = map.next_value_seed(CompactJson { out: &mut text, room, top: true });
+            if written.is_err() && text.len() > room {
+                let asked = budget.asked(key.len() + text.len());
+                let problem = IndexProblem::TooLarge { field: "metadata", key, asked, limit: budget.limit };
+                return Err(park(self.problem, problem));
             }
-            let number = *shard_numbers.entry(shard.clone()).or_insert_with(|| {
-                shards.push(dir.join(&shard));
-                shards.len() - 1
-            });
-            lookup.insert(name.clone(), number);
-            weight_map.push((name, number));
+            written?;
+            if let Err(asked) = budget.take_entry(key.len() + text.len()) {
+                let problem = IndexProblem::TooLarge { field: "metadata", key, asked, limit: budget.limit };
+                return Err(park(self.problem, problem));
+            }
+            metadata.insert(key, text);
         }
-        Ok(ShardIndex { path: path.to_path_buf(), metadata, weight_map, lookup, shards })
+        Ok(metadata)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Err(park(self.problem, IndexProblem::MetadataNotObject))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Err(park(self.problem, IndexProblem::MetadataNotObject))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Err(park(self.problem, IndexProblem::MetadataNotObject))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Err(park(self.problem, IndexProblem::MetadataNotObject))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Err(park(self.problem, IndexProblem::MetadataNotObject))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        Err(park(self.problem, IndexProblem::MetadataNotObject))
     }
 }
 
-fn weight_map_pairs(text: &str, problem: &mut Option<IndexProblem>) -> serde_json::Result<Vec<(String, String)>> {
-    struct Top<'a> {
+impl<'de> DeserializeSeed<'de> for MetadataSeed<'_> {
+    type Value = BTreeMap<String, String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+/// Writes a JSON value as compact text into `out` as it is read, without building it: a string
+/// at the top as its bare text, anything else as JSON. Fails once `out` passes `room` bytes.
+struct CompactJson<'a> {
+    out: &'a mut String,
+    room: usize,
+    top: bool,
+}
+
+impl CompactJson<'_> {
+    fn push<E: de::Error>(&mut self, text: &str) -> Result<(), E> {
+        self.out.push_str(text);
+        if self.out.len() > self.room { Err(E::custom("metadata value too large")) } else { Ok(()) }
+    }
+
+    fn nested(&mut self) -> CompactJson<'_> {
+        CompactJson { out: self.out, room: self.room, top: false }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for CompactJson<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for CompactJson<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(mut self) -> Result<(), E> {
+        self.push("null")
+    }
+
+    fn visit_bool<E: de::Error>(mut self, value: bool) -> Result<(), E> {
+        self.push(if value { "true" } else { "false" })
+    }
+
+    fn visit_i64<E: de::Error>(mut self, value: i64) -> Result<(), E> {
+        self.push(&value.to_string())
+    }
+
+    fn visit_u64<E: de::Error>(mut self, value: u64) -> Result<(), E> {
+        self.push(&value.to_string())
+    }
+
+    fn visit_f64<E: de::Error>(mut self, value: f64) -> Result<(), E> {
+        // As serde_json writes it, so that the text is what a JSON value would print.
+        let text = serde_json::to_string(&value).map_err(E::custom)?;
+        self.push(&text)
+    }
+
+    fn visit_str<E: de::Error>(mut self, value: &str) -> Result<(), E> {
+        if self.top {
+            return self.push(value);
+        }
+        let text = serde_json::to_string(value).map_err(E::custom)?;
+        self.push(&text)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        self.push("[")?;
+        let mut first = true;
+        loop {
+            if !first {
+                self.push(",")?;
+            }
+            if seq.next_element_seed(self.nested())?.is_none() {
+                if !first {
+                    self.out.pop();
+                }
+                break;
+            }
+            first = false;
+        }
+        self.push("]")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        self.push("{")?;
+        let mut first = true;
+        while let Some(key) = map.next_key::<String>()? {
+            if !first {
+                self.push(",")?;
+            }
+            first = false;
+            let key = serde_json::to_string(&key).map_err(de::Error::custom)?;
+            self.push(&key)?;
+            self.push(":")?;
+            map.next_value_seed(self.nested())?;
+        }
+        self.push("}")
+    }
+}
+
+/// What the first pass over an index finds besides `weight_map`.
+struct Top {
+    metadata: BTreeMap<String, String>,
+    weight_maps: usize,
+}
+
+struct TopSeed<'a> {
+    problem: &'a mut Option<IndexProblem>,
+}
+
+impl<'de> Visitor<'de> for TopSeed<'_> {
+    type Value = Top;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a shard index object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+        let mut top = Top { metadata: BTreeMap::new(), weight_maps: 0 };
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "metadata" => top.metadata = map.next_value_seed(MetadataSeed { problem: &mut *self.problem })?,
+                "weight_map" => {
+                    top.weight_maps += 1;
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+                _ => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(top)
+    }
+}
+
+/// `weight_map` of the index `text`, which is an object; refuses an index with two of them: a
+/// JSON object keeps only one of two equal keys, and which one differs between readers.
+fn weight_map(text: &str, problem: &mut Option<IndexProblem>) -> serde_json::Result<Option<WeightMap>> {
+    struct Only<'a> {
         problem: &'a mut Option<IndexProblem>,
     }
-    impl<'de> Visitor<'de> for Top<'_> {
-        type Value = Vec<(String, String)>;
+    impl<'de> Visitor<'de> for Only<'_> {
+        type Value = Option<WeightMap>;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("a shard index object")
         }
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut pairs = None;
+            let mut found = None;
             while let Some(key) = map.next_key::<String>()? {
-                if key == "weight_map" {
-                    // A JSON object keeps only one of two equal keys; which one differs between
-                    // readers, so an index that has two weight maps is refused.
-                    if pairs.is_some() {
-                        *self.problem = Some(IndexProblem::WeightMapTwice);
-                        return Err(de::Error::custom("duplicate weight map"));
-                    }
-                    pairs = Some(map.next_value_seed(WeightMapVisitor { problem: &mut *self.problem })?);
-                } else {
+                if key != "weight_map" {
                     map.next_value::<de::IgnoredAny>()?;
+                } else if found.is_some() {
+                    return Err(park(self.problem, IndexProblem::WeightMapTwice));
+                } else {
+                    found = Some(map.next_value_seed(WeightMapSeed { problem: &mut *self.problem })?);
                 }
             }
-            Ok(pairs.unwrap_or_default())
+            Ok(found)
         }
     }
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    deserializer.deserialize_map(Top { problem })
+    deserializer.deserialize_map(Only { problem })
+}
+
+impl ShardIndex {
+    /// Reads and checks the index at `path` (the shards themselves are opened later).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when it cannot be read, [`Error::Index`] when it is not a usable index
+    /// (among them an index over [`MAX_INDEX_BYTES`]).
+    pub(crate) fn read(path: &Path) -> Result<ShardIndex> {
+        let file = std::fs::File::open(path).map_err(Error::io("open", path))?;
+        let len = file.metadata().map_err(Error::io("read the size of", path))?.len();
+        let too_large = |bytes| Error::Index {
+            path: path.to_path_buf(),
+            problem: IndexProblem::FileTooLarge { bytes, limit: MAX_INDEX_BYTES },
+        };
+        if len > MAX_INDEX_BYTES {
+            return Err(too_large(len));
+        }
+        // The size read above may change before the read; the read stops past the limit anyway.
+        let mut text = String::new();
+        file.take(MAX_INDEX_BYTES + 1).read_to_string(&mut text).map_err(Error::io("read", path))?;
+        if text.len() as u64 > MAX_INDEX_BYTES {
+            return Err(too_large(text.len() as u64));
+        }
+        ShardIndex::parse(path, &text)
+    }
+
+    /// Checks the index `text` read from `path` (a file, or the URL of a remote one); shard
+    /// names are taken relative to the folder of `path`. Nothing is built from the JSON beyond
+    /// what the index keeps, so memory follows the entries, not the shape of the text.
+    ///
+    /// # Errors
+    /// [`Error::Index`] when it is not a usable index.
+    pub(crate) fn parse(path: &Path, text: &str) -> Result<ShardIndex> {
+        let invalid = |problem: IndexProblem| Error::Index { path: path.to_path_buf(), problem };
+        // The syntax first, in a pass that builds nothing, so that broken JSON is reported as
+        // such wherever the break is.
+        serde_json::from_str::<de::IgnoredAny>(text)
+            .map_err(|error| invalid(IndexProblem::NotJson { message: error.to_string() }))?;
+        if !text.trim_start().starts_with('{') {
+            return Err(invalid(IndexProblem::NotObject));
+        }
+        let mut problem = None;
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let top = deserializer
+            .deserialize_map(TopSeed { problem: &mut problem })
+            .map_err(|error| invalid(problem.take().unwrap_or(IndexProblem::NotJson { message: error.to_string() })))?;
+        if top.weight_maps == 0 {
+            return Err(invalid(IndexProblem::NoWeightMap));
+        }
+        let found = weight_map(text, &mut problem).map_err(|error| match problem.take() {
+            Some(problem) => invalid(problem),
+            None => invalid(IndexProblem::WeightMapNotStrings { message: error.to_string() }),
+        })?;
+        let WeightMap { pairs, lookup, shards, bad_shard } = found.unwrap_or_else(|| WeightMap {
+            pairs: Vec::new(),
+            lookup: HashMap::new(),
+            shards: Vec::new(),
+            bad_shard: None,
+        });
+        if let Some((name, shard)) = bad_shard {
+            return Err(invalid(IndexProblem::BadShardName { name, shard }));
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let shards = shards.iter().map(|shard| dir.join(shard)).collect();
+        Ok(ShardIndex { path: path.to_path_buf(), metadata: top.metadata, weight_map: pairs, lookup, shards })
+    }
 }
 
 /// The file name of shard `number` (from 1) of `count` for the checkpoint `stem`:
@@ -244,7 +494,53 @@ impl Shard {
 
 #[cfg(test)]
 mod tests {
-    use super::{shard_file_name, shard_stem};
+    use std::path::Path;
+
+    use super::{ShardIndex, shard_file_name, shard_stem};
+    use crate::error::{Error, IndexProblem};
+
+    fn problem(text: &str) -> IndexProblem {
+        match ShardIndex::parse(Path::new("dir/model.safetensors.index.json"), text) {
+            Err(Error::Index { problem, .. }) => problem,
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("{text} is accepted"),
+        }
+    }
+
+    #[test]
+    fn metadata_values_are_kept_as_text_and_entries_in_order() {
+        let text = r#"{"metadata": {"total_size": 8, "format": "pt", "sizes": [1, 2.5, {"b": null, "a": true}], "n": -3},
+            "weight_map": {"z": "b.safetensors", "y": "a.safetensors", "x": "b.safetensors"}}"#;
+        let index = ShardIndex::parse(Path::new("dir/model.safetensors.index.json"), text).unwrap();
+        let metadata: Vec<(&str, &str)> = index.metadata.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(metadata, [("format", "pt"), ("n", "-3"), ("sizes", r#"[1,2.5,{"b":null,"a":true}]"#)]);
+        assert_eq!(index.weight_map, [("z".to_string(), 0), ("y".to_string(), 1), ("x".to_string(), 0)]);
+        assert_eq!(index.shards, [Path::new("dir/b.safetensors"), Path::new("dir/a.safetensors")]);
+    }
+
+    #[test]
+    fn problems_keep_their_order_whatever_the_order_of_the_text() {
+        assert!(matches!(problem(r#"{"weight_map": {"x": 1}, "metadata": 2}"#), IndexProblem::MetadataNotObject));
+        assert!(matches!(problem(r#"{"metadata": [], "weight_map": 1"#), IndexProblem::NotJson { .. }));
+        assert!(matches!(problem("[]"), IndexProblem::NotObject));
+        assert!(matches!(
+            problem(r#"{"weight_map": {"x": "../a", "x": "b"}}"#),
+            IndexProblem::DuplicateName { name } if name == "x"
+        ));
+        assert!(matches!(problem(r#"{"weight_map": {"x": "../a"}}"#), IndexProblem::BadShardName { .. }));
+    }
+
+    #[test]
+    fn metadata_past_the_limit_is_refused_while_it_is_written() {
+        // Each `1e15` is written as 18 bytes: more text than the index holds.
+        let values = vec!["1e15"; (crate::header::MAX_METADATA_BYTES / 18) + 1].join(",");
+        let text = format!(r#"{{"metadata": {{"a": [{values}]}}, "weight_map": {{}}}}"#);
+        assert!(matches!(
+            problem(&text),
+            IndexProblem::TooLarge { field: "metadata", key, limit, .. }
+                if key == "a" && limit == crate::header::MAX_METADATA_BYTES
+        ));
+    }
 
     #[test]
     fn shard_names_round_trip_to_their_stem() {

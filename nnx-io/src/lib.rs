@@ -17,6 +17,7 @@ pub mod quantized;
 #[cfg(feature = "remote")]
 pub mod remote;
 pub mod sniff;
+pub mod text;
 mod torch;
 mod write;
 

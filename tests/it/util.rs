@@ -63,3 +63,110 @@ pub fn example_binary(name: &str) -> PathBuf {
     );
     binary
 }
+
+/// What a bounded run of the `nnx` binary gave.
+#[derive(Debug)]
+pub struct Bounded {
+    /// The exit code; `None` when a signal ended the process (an abort, or the timeout's kill).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// Whether the timeout killed it.
+    pub timed_out: bool,
+    /// The largest resident set the process reached, in bytes.
+    pub peak_memory: u64,
+}
+
+impl Bounded {
+    /// Asserts the outcome every hostile input must have: exit status 1, no panic and no abort,
+    /// and exactly one `error:` line, which names `input` (a file, an entry or a URL).
+    pub fn assert_refused(&self, input: &str) {
+        assert!(!self.timed_out, "nnx ran past its timeout on `{input}`:\n{}", self.stderr);
+        assert_eq!(self.code, Some(1), "nnx must exit 1 on `{input}`:\n{}", self.stderr);
+        assert!(!self.stderr.contains("panicked"), "a panic on `{input}`:\n{}", self.stderr);
+        assert!(!self.stderr.contains("memory allocation"), "an abort on `{input}`:\n{}", self.stderr);
+        let errors: Vec<&str> = self.stderr.lines().filter(|line| line.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "one `error:` line for `{input}`:\n{}", self.stderr);
+        assert!(errors[0].contains(input), "the error names `{input}`: {}", errors[0]);
+    }
+}
+
+/// Runs the `nnx` binary with `args` and `envs` under an address-space limit of `memory` bytes
+/// (`RLIMIT_AS`, so that an input that makes nnx allocate more fails instead of swapping) and a
+/// wall-clock `timeout`, after which it is killed. `NNX_BINARY` names another `nnx` to run
+/// instead, so that the same inputs measure an older build.
+#[cfg(unix)]
+// The child is reaped by `wait4` below, which also reports its peak memory, not by `Child::wait`.
+#[allow(clippy::zombie_processes)]
+pub fn run_nnx_bounded<S: AsRef<std::ffi::OsStr>>(
+    args: &[S],
+    envs: &[(&str, &std::ffi::OsStr)],
+    memory: u64,
+    timeout: std::time::Duration,
+) -> Bounded {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    // `NNX_BINARY` runs another build (an older one, to measure what a fix changed).
+    let binary = std::env::var_os("NNX_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_nnx").into());
+    let mut command = Command::new(binary);
+    command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (name, value) in envs {
+        command.env(name, value);
+    }
+    // SAFETY: the closure runs in the child between fork and exec and only calls `setrlimit`,
+    // which is async-signal-safe, on a value built before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit { rlim_cur: memory as libc::rlim_t, rlim_max: memory as libc::rlim_t };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("the nnx binary runs");
+    // Both pipes are drained on their own threads, so a chatty child never blocks on a full pipe.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut text);
+            }
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>));
+    let deadline = std::time::Instant::now() + timeout;
+    let pid = child.id() as libc::pid_t;
+    let mut timed_out = false;
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: `rusage` is plain data that `wait4` fills; the pid is this test's own child,
+        // which nothing else waits for.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: both pointers are to live locals of the right types.
+        let done = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if done == pid {
+            break (status, usage);
+        }
+        assert!(done == 0, "waiting for nnx failed: {}", std::io::Error::last_os_error());
+        if !timed_out && std::time::Instant::now() >= deadline {
+            timed_out = true;
+            let _ = child.kill();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    Bounded {
+        code,
+        peak_memory: u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+        timed_out,
+    }
+}

@@ -67,6 +67,15 @@ pub enum HeaderProblem {
         /// What the value was.
         found: String,
     },
+    /// `__metadata__` whose keys and values pass `nnx_io::header::MAX_METADATA_BYTES`.
+    MetadataTooLarge {
+        /// The key at which the limit was passed.
+        key: String,
+        /// The bytes asked for up to and including that key.
+        asked: usize,
+        /// The most accepted.
+        limit: usize,
+    },
     /// A shape whose element or byte count overflows.
     Overflow {
         /// The entry.
@@ -178,6 +187,10 @@ impl fmt::Display for HeaderProblem {
             HeaderProblem::BadMetadata { key: None, found } => {
                 write!(f, "`__metadata__` is {found}, not an object of strings; store it as string keys and values")
             }
+            HeaderProblem::MetadataTooLarge { key, asked, limit } => write!(
+                f,
+                "`__metadata__` reaches {asked} bytes at key `{key}`, over the {limit}-byte limit for metadata; {DAMAGED}, with less metadata"
+            ),
             HeaderProblem::Overflow { name, shape } => {
                 write!(f, "entry `{name}` has shape {shape:?}, whose size overflows; {DAMAGED}")
             }

@@ -1,7 +1,10 @@
 //! Why a Hub repository or a cached snapshot cannot be used, for [`super::Error::Hub`].
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::PathBuf;
+
+use crate::text::{printable, redact_url};
 
 /// Why a file of a Hub repository could not be had.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,6 +79,37 @@ pub enum HubProblem {
         /// What is missing or malformed.
         message: String,
     },
+    /// The server sent more bytes than it announced for a file; the download was stopped at
+    /// the announced size and discarded.
+    Oversized {
+        /// The file in the repository.
+        file: String,
+        /// The URL asked.
+        url: String,
+        /// The size the server announced, in bytes.
+        announced: u64,
+    },
+    /// A download fell below the minimum transfer rate (`NNX_HUB_MIN_RATE`) and was stopped.
+    TooSlow {
+        /// The file in the repository.
+        file: String,
+        /// The URL asked.
+        url: String,
+        /// The bytes that came in the last window.
+        received: u64,
+        /// The window, in seconds.
+        window_seconds: u64,
+        /// The minimum rate, in bytes per second.
+        minimum: u64,
+    },
+    /// A symbolic link in the cache where a real folder or file belongs: written through, it
+    /// would put the download (or a lock, a ref) wherever it points.
+    Link {
+        /// The link.
+        path: PathBuf,
+        /// What the cache needs there: `folder` or `file`.
+        expected: &'static str,
+    },
     /// A file in the cache or a folder to upload cannot be used.
     Io {
         /// What was being done.
@@ -123,11 +157,16 @@ impl fmt::Display for HubProblem {
                 "not a repository id: write `name` or `org/name` (letters, digits, `-`, `_`, `.`), or give a folder that exists",
             ),
             HubProblem::BadUrl { given } => {
+                let given = text(given);
                 write!(f, "`{given}` is not a Hub path: write `hf://org/name`, `hf://org/name@revision` or `hf://org/name@revision/path/in/repo`")
             }
             HubProblem::NotCached { revision, file, cache, why } => {
+                let revision = text(revision);
                 match file {
-                    Some(file) => write!(f, "`{file}` at revision `{revision}` is not in the cache `{}`", cache.display())?,
+                    Some(file) => {
+                        let file = text(file);
+                        write!(f, "`{file}` at revision `{revision}` is not in the cache `{}`", cache.display())?
+                    }
                     None => write!(f, "revision `{revision}` was never downloaded into the cache `{}`", cache.display())?,
                 }
                 match why {
@@ -144,6 +183,7 @@ impl fmt::Display for HubProblem {
             }
             HubProblem::Unauthorized { url, status, had_token, gated } => {
                 let kind = if *gated { "gated" } else { "private or gated" };
+                let url = shown_url(url);
                 write!(f, "{url} answered {status}: the repository is {kind}; ")?;
                 if *had_token {
                     f.write_str("the token sent has no access: request access on the repository's page, or set HF_TOKEN to a token that has it")
@@ -151,34 +191,77 @@ impl fmt::Display for HubProblem {
                     f.write_str("set HF_TOKEN (or log in so that the token file exists) to a token with access")
                 }
             }
-            HubProblem::NotFound { url, what } => match what {
-                Missing::Repo => write!(f, "{url} answered 404: no such repository (or it is private: set HF_TOKEN); check the id"),
-                Missing::Revision(revision) => {
+            HubProblem::NotFound { url, what } => match (shown_url(url), what) {
+                (url, Missing::Repo) => write!(f, "{url} answered 404: no such repository (or it is private: set HF_TOKEN); check the id"),
+                (url, Missing::Revision(revision)) => {
+                    let revision = text(revision);
                     write!(f, "{url} answered 404: the repository has no revision `{revision}`; name a branch, tag or commit it has")
                 }
-                Missing::File { file, revision } => {
+                (url, Missing::File { file, revision }) => {
+                    let (file, revision) = (text(file), text(revision));
                     write!(f, "{url} answered 404: the repository has no file `{file}` at revision `{revision}`")
                 }
             },
             HubProblem::Status { url, status, message } => {
-                write!(f, "{url} answered {status}")?;
+                write!(f, "{} answered {status}", shown_url(url))?;
                 if !message.is_empty() {
-                    write!(f, " ({message})")?;
+                    write!(f, " ({})", text(message))?;
                 }
-                f.write_str(" after retries; try again later")
+                if *status == 429 || *status >= 500 {
+                    f.write_str(" after retries; try again later")
+                } else {
+                    f.write_str("; check the repository, the revision and HF_ENDPOINT")
+                }
             }
             HubProblem::Network { url, message } => write!(
                 f,
-                "cannot reach {url}: {message}; check the network and HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use what is cached"
+                "cannot reach {}: {}; check the network and HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use what is cached",
+                shown_url(url),
+                text(message)
             ),
             HubProblem::Corrupt { file, expected, found } => write!(
                 f,
-                "the download of `{file}` is damaged: expected {expected}, found {found}; it was discarded, download it again"
+                "the download of `{}` is damaged: expected {}, found {}; it was discarded, download it again",
+                text(file),
+                text(expected),
+                text(found)
             ),
-            HubProblem::Protocol { url, message } => {
-                write!(f, "{url} gave an answer the Hub protocol does not allow: {message}; check HF_ENDPOINT")
+            HubProblem::Protocol { url, message } => write!(
+                f,
+                "{} gave an answer the Hub protocol does not allow: {}; check HF_ENDPOINT",
+                shown_url(url),
+                text(message)
+            ),
+            HubProblem::Oversized { file, url, announced } => write!(
+                f,
+                "{} sent more than the {announced} bytes it announced for `{}`; the download was stopped and discarded: check HF_ENDPOINT",
+                shown_url(url),
+                text(file)
+            ),
+            HubProblem::TooSlow { file, url, received, window_seconds, minimum } => write!(
+                f,
+                "the download of `{}` from {} was stopped: {received} bytes in {window_seconds} s is below the minimum of {minimum} bytes/s; try again later, or lower NNX_HUB_MIN_RATE (0 turns the check off)",
+                text(file),
+                shown_url(url)
+            ),
+            HubProblem::Link { path, expected } => write!(
+                f,
+                "`{}` is a symbolic link where the cache needs a real {expected}; delete it and try again",
+                text(&path.to_string_lossy())
+            ),
+            HubProblem::Io { action, path, message } => {
+                write!(f, "cannot {action} `{}`: {}", path.display(), text(message))
             }
-            HubProblem::Io { action, path, message } => write!(f, "cannot {action} `{}`: {message}", path.display()),
         }
     }
+}
+
+/// Text from a server or a user, with its control characters escaped.
+fn text(text: &str) -> Cow<'_, str> {
+    printable(text)
+}
+
+/// A URL without its userinfo and query, with its control characters escaped.
+fn shown_url(url: &str) -> String {
+    printable(&redact_url(url)).into_owned()
 }

@@ -289,6 +289,25 @@ pub enum IndexProblem {
         /// The entry.
         name: String,
     },
+    /// An index file larger than `nnx_io::index::MAX_INDEX_BYTES`.
+    FileTooLarge {
+        /// The file's size.
+        bytes: u64,
+        /// The largest index read.
+        limit: u64,
+    },
+    /// `metadata` or `weight_map` whose text (with a fixed cost per entry) passes
+    /// `nnx_io::header::MAX_METADATA_BYTES`.
+    TooLarge {
+        /// `metadata` or `weight_map`.
+        field: &'static str,
+        /// The key at which the limit was passed.
+        key: String,
+        /// The bytes asked for up to and including that key.
+        asked: usize,
+        /// The most accepted.
+        limit: usize,
+    },
     /// A shard name that is not a file name beside the index.
     BadShardName {
         /// The entry that names it.
@@ -312,6 +331,14 @@ impl std::fmt::Display for IndexProblem {
             IndexProblem::DuplicateName { name } => {
                 write!(f, "`{name}` is listed twice in `weight_map`: an entry may be in one shard only")
             }
+            IndexProblem::FileTooLarge { bytes, limit } => write!(
+                f,
+                "it is {bytes} bytes, over the {limit}-byte limit for an index (which lists names and file names only): the file is damaged or not an index"
+            ),
+            IndexProblem::TooLarge { field, key, asked, limit } => write!(
+                f,
+                "`{field}` reaches {asked} bytes at `{key}`, over the {limit}-byte limit: no checkpoint needs that much; the file is damaged or hostile, write the index again"
+            ),
             IndexProblem::BadShardName { name, shard } => {
                 write!(f, "`{name}` names shard `{shard}`, which is not a file name beside the index")
             }
@@ -385,6 +412,13 @@ pub enum ConfigProblem {
         /// The JSON parser's message.
         message: String,
     },
+    /// A configuration file larger than any configuration is.
+    TooLarge {
+        /// The file's size.
+        bytes: u64,
+        /// The largest configuration read.
+        limit: u64,
+    },
     /// The `quantization` metadata of a weights file is not JSON.
     QuantizationMetadataNotJson {
         /// The JSON parser's message.
@@ -419,6 +453,10 @@ impl std::fmt::Display for ConfigProblem {
             ConfigProblem::NotModelConfig { message } => {
                 write!(f, "{message}: check that it is the model's own `config.json`")
             }
+            ConfigProblem::TooLarge { bytes, limit } => write!(
+                f,
+                "it is {bytes} bytes, over the {limit}-byte limit for a configuration: check that it is the model's own `config.json`"
+            ),
             ConfigProblem::QuantizationMetadataNotJson { message } => {
                 write!(f, "the `quantization` metadata is not JSON ({message})")
             }

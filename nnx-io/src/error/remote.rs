@@ -1,6 +1,9 @@
 //! What went wrong reading a remote location, for [`super::Error::Remote`].
 
 use std::fmt;
+use std::ops::Range;
+
+use crate::text::printable;
 
 /// Why a remote location could not be read. Messages never include credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,13 +27,54 @@ pub enum RemoteProblem {
     Unauthenticated,
     /// The server did not answer in time, after the retries.
     Timeout {
-        /// The store's message.
+        /// What took too long (the store's message, credentials removed).
         message: String,
+    },
+    /// Nothing listens at the endpoint: the connection was refused, after the retries.
+    Refused {
+        /// The host (and port) that refused.
+        host: String,
     },
     /// The transfer failed (a dropped connection, a server error), after the retries.
     Transfer {
-        /// The store's message.
+        /// The store's message, credentials removed (it may quote the server's answer).
         message: String,
+    },
+    /// The server sent more bytes than were asked for: nnx stopped reading at the first
+    /// byte too many.
+    TooLong {
+        /// Bytes asked for.
+        asked: u64,
+        /// Bytes the server had sent when nnx stopped reading.
+        sent_at_least: u64,
+    },
+    /// The server ended its answer before sending all the bytes asked for.
+    ShortRead {
+        /// Bytes asked for.
+        asked: u64,
+        /// Bytes received.
+        received: u64,
+    },
+    /// The server answered a range request with other bytes than those asked for.
+    WrongRange {
+        /// The byte range asked for.
+        asked: Range<u64>,
+        /// The byte range the server said it sent.
+        sent: Range<u64>,
+    },
+    /// An object larger than nnx reads whole (a shard index, which is small).
+    TooLarge {
+        /// What the object is (`shard index`).
+        what: &'static str,
+        /// Its size as the server announced it.
+        size: u64,
+        /// The largest accepted.
+        limit: u64,
+    },
+    /// The memory for an answer could not be reserved.
+    NoMemory {
+        /// Bytes asked for.
+        bytes: u64,
     },
     /// A folder location with neither `model.safetensors.index.json` nor `model.safetensors`.
     NoWeights,
@@ -60,10 +104,36 @@ impl fmt::Display for RemoteProblem {
             ),
             RemoteProblem::Timeout { message } => write!(
                 f,
-                "timed out after the retries ({message}); check the network and the endpoint, or raise RemoteOptions::timeout"
+                "timed out after the retries ({}); check the network and the endpoint, or raise RemoteOptions::timeout (NNX_REMOTE_TIMEOUT)",
+                printable(message)
+            ),
+            RemoteProblem::Refused { host } => write!(
+                f,
+                "connection refused by {}: check the endpoint and that the server runs",
+                printable(host)
             ),
             RemoteProblem::Transfer { message } => {
-                write!(f, "the transfer failed after the retries ({message}); try again, or check the server")
+                write!(f, "the transfer failed after the retries ({}); try again, or check the server", printable(message))
+            }
+            RemoteProblem::TooLong { asked, sent_at_least } => write!(
+                f,
+                "asked for {asked} bytes, the server sent at least {sent_at_least}; nnx stopped reading: the server is broken or hostile, check the endpoint"
+            ),
+            RemoteProblem::ShortRead { asked, received } => write!(
+                f,
+                "asked for {asked} bytes, the server sent {received} and ended its answer; try again, or check the server"
+            ),
+            RemoteProblem::WrongRange { asked, sent } => write!(
+                f,
+                "asked for bytes {}..{}, the server answered with bytes {}..{}; the object may have changed while it was read, try again, or check the server",
+                asked.start, asked.end, sent.start, sent.end
+            ),
+            RemoteProblem::TooLarge { what, size, limit } => write!(
+                f,
+                "the {what} is {size} bytes, over the limit of {limit} bytes nnx reads whole; check that the URL names the right object"
+            ),
+            RemoteProblem::NoMemory { bytes } => {
+                write!(f, "cannot reserve {bytes} bytes of memory for the answer; free memory, or lower RemoteOptions::max_request_bytes")
             }
             RemoteProblem::NoWeights => f.write_str(
                 "the folder has neither `model.safetensors.index.json` nor `model.safetensors`: name the weights file in the URL",

@@ -83,6 +83,16 @@ pub enum TorchProblem {
         /// The name.
         name: String,
     },
+    /// Names and plain values whose text passes `nnx_io::header::MAX_METADATA_BYTES`: a value
+    /// the pickle refers to far more often than any checkpoint does.
+    TooMuchText {
+        /// The entry at which the limit was passed.
+        name: String,
+        /// The bytes asked for up to and including that entry.
+        asked: usize,
+        /// The most accepted.
+        limit: usize,
+    },
     /// Dicts nested deeper than a checkpoint ever is, or more values than one ever has.
     TooDeep {
         /// Where the walk stopped.
@@ -316,6 +326,10 @@ impl fmt::Display for TorchProblem {
             ),
             TorchProblem::NotADict => f.write_str("the pickled object is not a dict of tensors"),
             TorchProblem::DuplicateName { name } => write!(f, "`{name}` is given twice"),
+            TorchProblem::TooMuchText { name, asked, limit } => write!(
+                f,
+                "its entry names and plain values reach {asked} bytes at `{name}`, over the {limit}-byte limit: no checkpoint needs that much (a value is referred to over and over); the file is damaged or hostile, load it in Python only if you trust its source"
+            ),
             TorchProblem::TooDeep { name } => {
                 write!(f, "values nest too deeply or are too many at `{name}`: no checkpoint does that")
             }

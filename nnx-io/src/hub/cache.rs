@@ -9,7 +9,9 @@
 //! <cache>/.locks/models--org--name/<etag>.lock
 //! ```
 
-use std::path::{Path, PathBuf};
+#[cfg(feature = "hub")]
+use std::fs::File;
+use std::path::{Component, Path, PathBuf};
 #[cfg(feature = "hub")]
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -76,13 +78,33 @@ pub(crate) fn is_commit(revision: &str) -> bool {
     revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// Whether a path in a repository is relative and stays inside it, so that joining it to a
-/// snapshot folder cannot escape the cache.
+/// Whether a path in a repository (a file name, an etag, a revision from a server or a user)
+/// is relative and stays inside the folder it is joined to, on every platform: `/`-separated
+/// plain names, none empty, `.` or `..`, none holding `:`, `\\` or a control character, none
+/// ending in a dot or a space (which Windows drops), none a device name Windows reserves.
 pub(crate) fn safe_relative(path: &str) -> bool {
+    let part_ok = |part: &str| {
+        !part.is_empty()
+            && !part.ends_with(['.', ' '])
+            && !part.contains([':', '\\'])
+            && !part.chars().any(char::is_control)
+            && !windows_device(part)
+    };
     !path.is_empty()
         && !path.starts_with('/')
-        && !path.contains('\\')
-        && path.split('/').all(|part| !part.is_empty() && part != "." && part != "..")
+        && path.split('/').all(part_ok)
+        && Path::new(path).components().all(|component| matches!(component, Component::Normal(_)))
+}
+
+/// Whether Windows reads `part` as a device (`CON`, `PRN`, `AUX`, `NUL`, `COM1`-`COM9`,
+/// `LPT1`-`LPT9`), with or without an extension, in any case.
+fn windows_device(part: &str) -> bool {
+    let stem = part.split('.').next().unwrap_or(part).trim_end_matches(' ').to_ascii_uppercase();
+    match stem.as_bytes() {
+        b"CON" | b"PRN" | b"AUX" | b"NUL" => true,
+        [b'C', b'O', b'M', digit] | [b'L', b'P', b'T', digit] => (b'1'..=b'9').contains(digit),
+        _ => false,
+    }
 }
 
 impl Cache {
@@ -119,7 +141,12 @@ impl Cache {
         if !safe_relative(revision) {
             return None;
         }
-        let commit = std::fs::read_to_string(self.repo_folder(repo).join("refs").join(revision)).ok()?;
+        let path = self.repo_folder(repo).join("refs").join(revision);
+        // A ref is a plain file; a link planted in its place names nothing nnx wrote.
+        if std::fs::symlink_metadata(&path).ok()?.file_type().is_symlink() {
+            return None;
+        }
+        let commit = std::fs::read_to_string(path).ok()?;
         let commit = commit.trim();
         is_commit(commit).then(|| commit.to_string())
     }
@@ -196,15 +223,37 @@ impl Cache {
     }
 }
 
-/// Writing into the cache, for downloads.
+/// Writing into the cache, for downloads. A cache may be shared with other users, so nothing in
+/// it is trusted: every folder written into is checked to be a real folder (a symbolic link
+/// planted there would carry the write outside the cache), and files are opened without
+/// following links.
 #[cfg(feature = "hub")]
 impl Cache {
-    pub(crate) fn blob(&self, repo: &RepoId, etag: &str) -> PathBuf {
-        self.repo_folder(repo).join("blobs").join(etag)
+    /// `models--org--name/<parts...>`, every folder on the way created if missing and checked
+    /// to be a real folder, not a link.
+    ///
+    /// # Errors
+    /// [`HubProblem::Link`] for a link where a folder belongs; [`Error::Io`] when a folder
+    /// cannot be created.
+    pub(crate) fn repo_subfolder(&self, repo: &RepoId, parts: &[&str]) -> Result<PathBuf> {
+        create_dir(&self.root)?;
+        let mut relative = PathBuf::from(repo.folder_name());
+        relative.extend(parts);
+        real_folders(repo, &self.root, &relative)
     }
 
-    pub(crate) fn lock(&self, repo: &RepoId, etag: &str) -> PathBuf {
-        self.root.join(".locks").join(repo.folder_name()).join(format!("{etag}.lock"))
+    /// `blobs/<etag>`, its folder checked; a link in the blob's place is refused.
+    pub(crate) fn blob(&self, repo: &RepoId, etag: &str) -> Result<PathBuf> {
+        let blob = self.repo_subfolder(repo, &["blobs"])?.join(etag);
+        refuse_link(repo, &blob)?;
+        Ok(blob)
+    }
+
+    /// `.locks/models--org--name/<etag>.lock`, its folders checked.
+    pub(crate) fn lock(&self, repo: &RepoId, etag: &str) -> Result<PathBuf> {
+        create_dir(&self.root)?;
+        let relative = Path::new(".locks").join(repo.folder_name());
+        Ok(real_folders(repo, &self.root, &relative)?.join(format!("{etag}.lock")))
     }
 
     /// Records that `revision` (a branch or tag) resolved to `commit`.
@@ -212,25 +261,30 @@ impl Cache {
         if revision == commit || !safe_relative(revision) {
             return Ok(());
         }
-        let path = self.repo_folder(repo).join("refs").join(revision);
+        let mut parts: Vec<&str> = revision.split('/').collect();
+        let name = parts.pop().unwrap_or(revision);
+        parts.insert(0, "refs");
+        let path = self.repo_subfolder(repo, &parts)?.join(name);
+        refuse_link(repo, &path)?;
         if std::fs::read_to_string(&path).is_ok_and(|recorded| recorded == commit) {
             return Ok(());
         }
-        let parent = path.parent().unwrap_or(&self.root);
-        create_dir(parent)?;
         // Written beside and renamed, so a reader never sees half a commit hash.
         let partial = beside(&path, "partial");
-        std::fs::write(&partial, commit).map_err(Error::io("write", &partial))?;
+        let written = open_new(&partial).and_then(|mut file| std::io::Write::write_all(&mut file, commit.as_bytes()));
+        written.map_err(Error::io("write", &partial))?;
         std::fs::rename(&partial, &path).map_err(Error::io("rename", &path))
     }
 
     /// Makes `snapshots/<commit>/<path>` point at the blob: a relative symlink, or a copy where
-    /// the file system has no symlinks.
+    /// the file system has no symlinks. The pointer is the one link the layout has; it is
+    /// replaced by a rename, never written through.
     pub(crate) fn link(&self, repo: &RepoId, commit: &str, path: &str, etag: &str) -> Result<PathBuf> {
-        let pointer = self.snapshot_folder(repo, commit).join(path);
-        let blob = self.blob(repo, etag);
-        let parent = pointer.parent().unwrap_or(&self.root);
-        create_dir(parent)?;
+        let mut parts: Vec<&str> = path.split('/').collect();
+        let name = parts.pop().unwrap_or(path);
+        parts.splice(0..0, ["snapshots", commit]);
+        let pointer = self.repo_subfolder(repo, &parts)?.join(name);
+        let blob = self.blob(repo, etag)?;
         // From the pointer's folder up to the repository folder, then into blobs.
         let depth = path.split('/').count() + 1;
         let mut target = PathBuf::new();
@@ -247,11 +301,73 @@ impl Cache {
         let temporary = beside(&pointer, "link");
         let _ = std::fs::remove_file(&temporary);
         if symlink(&target, &temporary).is_err() {
-            std::fs::copy(&blob, &temporary).map_err(Error::io("copy into the snapshot", &temporary))?;
+            let copied = File::open(&blob).and_then(|mut from| std::io::copy(&mut from, &mut open_new(&temporary)?));
+            copied.map_err(Error::io("copy into the snapshot", &temporary))?;
         }
         std::fs::rename(&temporary, &pointer).map_err(Error::io("link into the snapshot", &pointer))?;
         Ok(pointer)
     }
+}
+
+/// `base/relative`, each folder of `relative` created if missing and checked to be a real
+/// folder: `base` itself (the cache's root) may be a link, what the cache holds may not.
+#[cfg(feature = "hub")]
+fn real_folders(repo: &RepoId, base: &Path, relative: &Path) -> Result<PathBuf> {
+    let mut path = base.to_path_buf();
+    for part in relative.components() {
+        path.push(part);
+        // `create_dir` never follows a link: on one it fails with `AlreadyExists`, and the
+        // check below refuses it.
+        match std::fs::create_dir(&path) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::io("create the folder", &path)(error));
+            }
+            _ => {}
+        }
+        let kind = std::fs::symlink_metadata(&path).map_err(Error::io("read", &path))?.file_type();
+        if kind.is_symlink() {
+            return Err(link_error(repo, &path, "folder"));
+        }
+        if !kind.is_dir() {
+            let found = std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a file is there, not a folder");
+            return Err(Error::io("create the folder", &path)(found));
+        }
+    }
+    Ok(path)
+}
+
+/// Refuses a symbolic link where the cache keeps a file (a blob, a ref, a download in
+/// progress): written through, it would change the file it points at.
+#[cfg(feature = "hub")]
+pub(crate) fn refuse_link(repo: &RepoId, path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(link_error(repo, path, "file")),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(feature = "hub")]
+pub(crate) fn link_error(repo: &RepoId, path: &Path, expected: &'static str) -> Error {
+    Error::Hub { repo: repo.to_string(), problem: HubProblem::Link { path: path.to_path_buf(), expected } }
+}
+
+/// Opens a file in the cache without following a symbolic link at `path` (on Unix; elsewhere
+/// the [`refuse_link`] checks before stand alone).
+#[cfg(feature = "hub")]
+pub(crate) fn open_options_no_follow() -> std::fs::OpenOptions {
+    let mut options = std::fs::OpenOptions::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    options
+}
+
+/// Creates `path`, which must not exist yet (not even as a link).
+#[cfg(feature = "hub")]
+fn open_new(path: &Path) -> std::io::Result<File> {
+    open_options_no_follow().write(true).create_new(true).open(path)
 }
 
 #[cfg(feature = "hub")]
@@ -291,4 +407,38 @@ pub(crate) fn create_dir(path: &Path) -> Result<()> {
 
 fn file_name(path: &Path) -> String {
     path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_must_stay_inside_on_every_platform() {
+        for good in ["config.json", "1_Pooling/config.json", "a/b/c.safetensors", ".gitattributes", "console.txt"] {
+            assert!(safe_relative(good), "{good}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "a//b",
+            "./a",
+            "a/..",
+            "../x",
+            "a\\b",
+            "C:evil.dll",
+            "c:/x",
+            "a/b.",
+            "a/b ",
+            "CON",
+            "nul.txt",
+            "Aux.json",
+            "com1",
+            "lpt9.bin",
+            "sub/PRN.x",
+            "a\u{1b}b",
+        ] {
+            assert!(!safe_relative(bad), "{bad:?}");
+        }
+    }
 }

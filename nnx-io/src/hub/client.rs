@@ -1,21 +1,31 @@
 //! Downloads from the Hub into the shared cache, as `huggingface_hub` does it and readable by
 //! it: resolve a revision to a commit, fetch only the files a load needs, write each blob as
 //! `blobs/<etag>.incomplete` under a lock, resume it with a Range request after a broken
-//! connection, check LFS files against their sha256, then rename it into place.
+//! connection, check it against its etag (sha256 for LFS files, the git blob sha1 for the
+//! others), then rename it into place.
+//!
+//! The server is not trusted: a download never grows past the size announced, a resume
+//! appends only where the server says it starts, and a transfer slower than a minimum rate is
+//! stopped, so that a hostile or broken server costs bounded disk, memory and time.
 
-use std::fs::{File, OpenOptions};
-use std::io::{IsTerminal, Read, Write};
+use std::fs::File;
+use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
-use super::RepoId;
-use super::cache::{self, Cache, SAFETENSORS, SAFETENSORS_INDEX, TORCH, TORCH_INDEX, env_flag, is_commit};
+use super::cache::{
+    self, Cache, SAFETENSORS, SAFETENSORS_INDEX, TORCH, TORCH_INDEX, env_flag, is_commit, open_options_no_follow,
+};
 use super::http::{About, Http, Reply, Request, encode_path, encode_segment, protocol, refused};
+use super::{RepoId, answers};
 use crate::error::{HubProblem, Offline};
+use crate::text::redact_urls;
 use crate::{Error, Result};
 
 /// The Hub's default address.
@@ -41,6 +51,60 @@ const COMPANIONS: &[&str] = &[
 /// The most files downloaded at once.
 const PARALLEL: usize = 8;
 
+/// The slowest transfer kept alive, unless `NNX_HUB_MIN_RATE` says otherwise: a server that
+/// trickles bytes resets every per-read timeout, so only a rate over a window catches it.
+const MIN_RATE: u64 = 1024;
+const MIN_RATE_WINDOW: Duration = Duration::from_secs(30);
+
+/// The slowest a download may be: fewer than `bytes_per_second` over `window` stops it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MinRate {
+    bytes_per_second: u64,
+    window: Duration,
+}
+
+impl MinRate {
+    /// `NNX_HUB_MIN_RATE` (bytes per second, `0` turns the check off) over
+    /// `NNX_HUB_MIN_RATE_WINDOW` seconds, else 1 KiB/s over 30 s.
+    fn from_env() -> MinRate {
+        let number = |name: &str| std::env::var(name).ok().and_then(|text| text.trim().parse::<f64>().ok());
+        let bytes_per_second = number("NNX_HUB_MIN_RATE").filter(|rate| rate.is_finite() && *rate >= 0.0);
+        let window = number("NNX_HUB_MIN_RATE_WINDOW").filter(|seconds| seconds.is_finite() && *seconds > 0.0);
+        MinRate {
+            bytes_per_second: bytes_per_second.map_or(MIN_RATE, |rate| rate as u64),
+            window: window.map_or(MIN_RATE_WINDOW, Duration::from_secs_f64),
+        }
+    }
+}
+
+/// Watches one transfer against a [`MinRate`], window after window.
+struct RateWatch {
+    rate: MinRate,
+    window_start: Instant,
+    total_at_start: u64,
+}
+
+impl RateWatch {
+    fn new(rate: MinRate) -> RateWatch {
+        RateWatch { rate, window_start: Instant::now(), total_at_start: 0 }
+    }
+
+    /// After `total` bytes: the bytes of the window just ended when they fall short.
+    fn check(&mut self, total: u64) -> std::result::Result<(), u64> {
+        let elapsed = self.window_start.elapsed();
+        if self.rate.bytes_per_second == 0 || elapsed < self.rate.window {
+            return Ok(());
+        }
+        let received = total - self.total_at_start;
+        if (received as f64) < self.rate.bytes_per_second as f64 * elapsed.as_secs_f64() {
+            return Err(received);
+        }
+        self.window_start = Instant::now();
+        self.total_at_start = total;
+        Ok(())
+    }
+}
+
 /// A client of one Hub endpoint, downloading into one cache.
 #[derive(Clone)]
 pub struct Hub {
@@ -49,6 +113,7 @@ pub struct Hub {
     pub(crate) http: Http,
     offline: bool,
     progress: bool,
+    min_rate: MinRate,
 }
 
 /// What [`Hub::download`] fetched.
@@ -68,7 +133,7 @@ pub struct Download {
 struct FileMeta {
     commit: String,
     etag: String,
-    size: Option<u64>,
+    size: u64,
     /// Where the bytes are: the resolve URL itself, or the CDN it redirects to.
     location: String,
 }
@@ -87,10 +152,27 @@ impl Hub {
         Ok(hub.with_progress(std::io::stderr().is_terminal() && !env_flag("HF_HUB_DISABLE_PROGRESS_BARS")))
     }
 
-    /// A client of `endpoint` without a token, on the environment's cache, online, quiet.
+    /// A client of `endpoint` without a token, on the environment's cache, online, quiet, with
+    /// the minimum transfer rate of `NNX_HUB_MIN_RATE` and `NNX_HUB_MIN_RATE_WINDOW` (see
+    /// [`Hub::with_min_rate`]).
     pub fn new(endpoint: &str) -> Hub {
         let endpoint = endpoint.trim().trim_end_matches('/').to_string();
-        Hub { http: Http::new(&endpoint, None), endpoint, cache: Cache::from_env(), offline: false, progress: false }
+        Hub {
+            http: Http::new(&endpoint, None),
+            endpoint,
+            cache: Cache::from_env(),
+            offline: false,
+            progress: false,
+            min_rate: MinRate::from_env(),
+        }
+    }
+
+    /// Stops a download that brings fewer than `bytes_per_second` over any `window` (`0` never
+    /// stops one). A server that sends a byte now and then keeps every read alive; this is
+    /// what ends such a transfer. The default is 1 KiB/s over 30 s.
+    pub fn with_min_rate(mut self, bytes_per_second: u64, window: Duration) -> Hub {
+        self.min_rate = MinRate { bytes_per_second, window: window.max(Duration::from_millis(1)) };
+        self
     }
 
     /// Downloads into `cache` instead.
@@ -149,20 +231,8 @@ impl Hub {
         if reply.status() != 200 {
             return Err(refused(repo, &self.http, reply, About { revision, file: None }));
         }
-        let url = reply.url.clone();
-        let value = reply.json(repo)?;
-        let commit = value.get("sha").and_then(|sha| sha.as_str()).filter(|sha| is_commit(sha));
-        let commit = commit.ok_or_else(|| protocol(repo, &url, "no commit `sha` in the revision's info".into()))?;
-        let siblings = value.get("siblings").and_then(|s| s.as_array()).cloned().unwrap_or_default();
-        let mut files = Vec::with_capacity(siblings.len());
-        for sibling in siblings {
-            let name = sibling.get("rfilename").and_then(|name| name.as_str());
-            match name {
-                Some(name) if cache::safe_relative(name) => files.push(name.to_string()),
-                _ => return Err(protocol(repo, &url, format!("a sibling is not a relative file name: {sibling}"))),
-            }
-        }
-        Ok((commit.to_string(), files))
+        let (url, bytes) = reply.json_bytes(repo)?;
+        answers::revision(&bytes).map_err(|message| protocol(repo, &url, message))
     }
 
     /// One file of `revision` in the cache, downloaded if missing (`hf_hub_download`).
@@ -259,8 +329,7 @@ impl Hub {
         self.cache.write_ref(repo, revision, &commit)?;
         let files: Vec<String> = listing.into_iter().filter(|file| keep(file)).collect();
         self.files(repo, &commit, &files)?;
-        let folder = self.cache.snapshot_folder(repo, &commit);
-        crate::hub::cache::create_dir(&folder)?;
+        let folder = self.cache.repo_subfolder(repo, &["snapshots", &commit])?;
         Ok(Download { repo: repo.clone(), commit, folder, files })
     }
 
@@ -356,7 +425,7 @@ impl Hub {
             }
         };
         self.cache.write_ref(repo, revision, &meta.commit)?;
-        let blob = self.cache.blob(repo, &meta.etag);
+        let blob = self.cache.blob(repo, &meta.etag)?;
         if !blob_complete(&blob, meta.size) {
             self.fetch_blob(repo, path, &meta, &blob, bars)?;
         }
@@ -395,23 +464,31 @@ impl Hub {
         };
         let commit = need("x-repo-commit")?;
         let etag = reply.header("x-linked-etag").or_else(|| reply.header("etag")).map(normalize_etag);
+        // The etag names the blob's file: one plain name, valid on every platform.
         let etag = etag.filter(|etag| cache::safe_relative(etag) && !etag.contains('/'));
-        let etag =
-            etag.ok_or_else(|| protocol(repo, &reply.url, "no usable `ETag` or `X-Linked-Etag` header".into()))?;
+        let etag = etag.ok_or_else(|| {
+            protocol(repo, &reply.url, "no `ETag` or `X-Linked-Etag` header that is a plain file name".into())
+        })?;
         if !is_commit(&commit) {
             return Err(protocol(repo, &reply.url, format!("`X-Repo-Commit` is `{commit}`, not a commit hash")));
         }
         let redirected = (300..400).contains(&status);
+        // The size bounds the download: without it, a server could send without end.
         let size = reply
             .header("x-linked-size")
             .or_else(|| if redirected { None } else { reply.header("content-length") })
             .and_then(|size| size.trim().parse::<u64>().ok());
+        let size = size.ok_or_else(|| {
+            protocol(repo, &reply.url, "no `X-Linked-Size` or `Content-Length` header giving the file's size".into())
+        })?;
         let location = if redirected { location } else { None }.unwrap_or_else(|| reply.url.clone());
         Ok(FileMeta { commit, etag, size, location })
     }
 
-    /// Downloads one blob under its lock: resumes `<blob>.incomplete`, checks the size and (for
-    /// LFS files, whose etag is their sha256) the hash, then renames it into place.
+    /// Downloads one blob under its lock: resumes `<blob>.incomplete`, checks the size and the
+    /// hash its etag names, then renames it into place. Only a dropped connection leaves the
+    /// `.incomplete` behind (a prefix, never longer than the file, for the next try to resume);
+    /// any other failure removes it.
     fn fetch_blob(
         &self,
         repo: &RepoId,
@@ -420,23 +497,24 @@ impl Hub {
         blob: &Path,
         bars: Option<&MultiProgress>,
     ) -> Result<()> {
-        let lock_path = self.cache.lock(repo, &meta.etag);
-        cache::create_dir(lock_path.parent().unwrap_or(self.cache.root()))?;
-        cache::create_dir(blob.parent().unwrap_or(self.cache.root()))?;
-        let lock = OpenOptions::new()
+        let lock_path = self.cache.lock(repo, &meta.etag)?;
+        cache::refuse_link(repo, &lock_path)?;
+        let lock = open_options_no_follow()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lock_path)
-            .map_err(Error::io("open the lock", &lock_path))?;
+            .map_err(|error| open_error(repo, &lock_path, "open the lock", error))?;
         // Another process downloading the same blob holds this; wait for it, then find the blob.
         lock.lock().map_err(Error::io("lock", &lock_path))?;
+        cache::refuse_link(repo, blob)?;
         if blob_complete(blob, meta.size) {
             return Ok(());
         }
         let incomplete = blob.with_file_name(format!("{}.incomplete", meta.etag));
+        cache::refuse_link(repo, &incomplete)?;
         let bar = bars.map(|bars| {
-            let bar = bars.add(ProgressBar::new(meta.size.unwrap_or(0)));
+            let bar = bars.add(ProgressBar::new(meta.size));
             let style = ProgressStyle::with_template(
                 "{msg:30!} {bar:30} {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12} {eta}",
             )
@@ -449,8 +527,12 @@ impl Hub {
         if let Some(bar) = &bar {
             bar.finish();
         }
-        outcome?;
-        if let Err(error) = verify(repo, path, meta, &incomplete) {
+        let outcome = match outcome {
+            Ok(()) => verify(repo, path, meta, &incomplete),
+            Err(Failure::Resumable(error)) => return Err(error),
+            Err(Failure::Discard(error)) => Err(error),
+        };
+        if let Err(error) = outcome {
             let _ = std::fs::remove_file(&incomplete);
             return Err(error);
         }
@@ -459,7 +541,8 @@ impl Hub {
         Ok(())
     }
 
-    /// Fills `incomplete` from the file's location, resuming after what it holds.
+    /// Fills `incomplete` from the file's location, resuming after what it holds, and never
+    /// past the size announced.
     fn transfer(
         &self,
         repo: &RepoId,
@@ -467,97 +550,194 @@ impl Hub {
         meta: &FileMeta,
         incomplete: &Path,
         bar: Option<&ProgressBar>,
-    ) -> Result<()> {
+    ) -> std::result::Result<(), Failure> {
+        let hub_error = |problem: HubProblem| self.hub_error(repo, problem);
+        let url = crate::text::redact_url(&meta.location);
         let mut attempt = 0;
-        loop {
-            let mut have = std::fs::metadata(incomplete).map(|m| m.len()).unwrap_or(0);
-            if meta.size.is_some_and(|size| have > size) {
-                have = 0;
+        let mut resume = true;
+        // Each pass is one request; each that fails counts against the retries.
+        let mut retry = |message: String| {
+            if attempt >= self.http.retries {
+                return Err(Failure::Resumable(hub_error(HubProblem::Network { url: url.clone(), message })));
             }
-            if meta.size.is_some_and(|size| have == size) && have > 0 {
+            std::thread::sleep(self.http.wait(attempt));
+            attempt += 1;
+            Ok(())
+        };
+        loop {
+            let held = std::fs::symlink_metadata(incomplete).map_or(0, |m| m.len());
+            let have = if resume && held <= meta.size { held } else { 0 };
+            if have == meta.size && have > 0 {
                 return Ok(());
             }
             let mut request = Request::new("GET", meta.location.clone()).header("Accept-Encoding", "identity");
             if have > 0 {
                 request = request.header("Range", format!("bytes={have}-"));
             }
-            let reply = self.http.send(repo, &request)?;
-            let status = reply.status();
-            let append = match status {
-                206 if have > 0 => true,
-                200 => false,
+            let reply = self.http.send(repo, &request).map_err(Failure::Resumable)?;
+            let start = match reply.status() {
+                206 if have > 0 => {
+                    let range = reply.header("content-range").and_then(content_range);
+                    // Appended elsewhere than where the bytes held end, the file would be
+                    // garbage: start over from the first byte instead.
+                    if range != Some((have, meta.size - 1, Some(meta.size)))
+                        && range != Some((have, meta.size - 1, None))
+                    {
+                        resume = false;
+                        retry(format!(
+                            "asked for the bytes from {have} on, the server answered `Content-Range: {}`",
+                            reply.header("content-range").unwrap_or_default()
+                        ))?;
+                        continue;
+                    }
+                    have
+                }
+                200 => 0,
                 // The server cannot serve the range: start over.
                 416 => {
-                    std::fs::remove_file(incomplete).map_err(Error::io("remove", incomplete))?;
+                    resume = false;
+                    retry("the server cannot serve the rest of the file (416)".to_string())?;
                     continue;
                 }
-                _ => return Err(refused(repo, &self.http, reply, About { revision: &meta.commit, file: Some(path) })),
+                _ => {
+                    let about = About { revision: &meta.commit, file: Some(path) };
+                    return Err(Failure::Resumable(refused(repo, &self.http, reply, about)));
+                }
             };
-            let mut file = OpenOptions::new()
+            let expected = meta.size - start;
+            let oversized =
+                || hub_error(HubProblem::Oversized { file: path.to_string(), url: url.clone(), announced: meta.size });
+            let announced = reply.header("content-length").and_then(|length| length.trim().parse::<u64>().ok());
+            if announced.is_some_and(|length| length > expected) {
+                return Err(Failure::Discard(oversized()));
+            }
+            let mut file = open_options_no_follow()
                 .create(true)
                 .write(true)
-                .append(append)
-                .truncate(!append)
+                .truncate(false)
                 .open(incomplete)
-                .map_err(Error::io("write", incomplete))?;
+                .map_err(|error| Failure::Discard(open_error(repo, incomplete, "write", error)))?;
+            let write_error = |error| Failure::Discard(Error::io("write", incomplete)(error));
+            file.set_len(start).map_err(write_error)?;
+            file.seek(SeekFrom::Start(start)).map_err(write_error)?;
             if let Some(bar) = bar {
-                bar.set_position(if append { have } else { 0 });
+                bar.set_position(start);
             }
-            match copy_body(reply, &mut file, bar) {
-                Ok(()) => {
-                    file.sync_all().map_err(Error::io("write", incomplete))?;
+            match copy_body(reply, &mut file, expected, self.min_rate, bar) {
+                Ok(copied) if copied == expected => {
+                    file.sync_all().map_err(write_error)?;
                     return Ok(());
                 }
-                Err(CopyError::Disk(error)) => return Err(Error::io("write", incomplete)(error)),
-                Err(CopyError::Network(message)) => {
-                    if attempt >= self.http.retries {
-                        return Err(self.hub_error(repo, HubProblem::Network { url: meta.location.clone(), message }));
-                    }
-                    std::thread::sleep(self.http.wait(attempt));
-                    attempt += 1;
+                Ok(copied) => {
+                    file.sync_all().map_err(write_error)?;
+                    retry(format!("the connection closed after {} of {} bytes", start + copied, meta.size))?;
+                }
+                Err(CopyError::Network(message)) => retry(message)?,
+                Err(CopyError::Disk(error)) => return Err(write_error(error)),
+                Err(CopyError::Oversized) => return Err(Failure::Discard(oversized())),
+                Err(CopyError::TooSlow(received)) => {
+                    return Err(Failure::Discard(hub_error(HubProblem::TooSlow {
+                        file: path.to_string(),
+                        url: url.clone(),
+                        received,
+                        window_seconds: self.min_rate.window.as_secs_f64().ceil() as u64,
+                        minimum: self.min_rate.bytes_per_second,
+                    })));
                 }
             }
         }
     }
+}
+
+/// How a transfer failed: a broken connection leaves bytes worth resuming; anything else leaves
+/// bytes that must go.
+enum Failure {
+    Resumable(Error),
+    Discard(Error),
 }
 
 enum CopyError {
     Network(String),
     Disk(std::io::Error),
+    /// More bytes came than were announced.
+    Oversized,
+    /// The bytes of the last window, fewer than the minimum rate asks.
+    TooSlow(u64),
 }
 
-fn copy_body(reply: Reply, file: &mut File, bar: Option<&ProgressBar>) -> std::result::Result<(), CopyError> {
+/// Copies at most `expected` bytes of the body into `file`: the body's length, or an error when
+/// it runs past `expected` (one byte past is all that is read) or falls below `rate`.
+fn copy_body(
+    reply: Reply,
+    file: &mut File,
+    expected: u64,
+    rate: MinRate,
+    bar: Option<&ProgressBar>,
+) -> std::result::Result<u64, CopyError> {
     let mut reader = reply.response.into_body().into_reader();
     let mut buffer = vec![0u8; 1 << 16];
+    let mut watch = RateWatch::new(rate);
+    let mut total = 0u64;
     loop {
-        let read = reader.read(&mut buffer).map_err(|error| CopyError::Network(error.to_string()))?;
+        let room = usize::try_from((expected - total).saturating_add(1)).unwrap_or(usize::MAX).min(buffer.len());
+        let read =
+            reader.read(&mut buffer[..room]).map_err(|error| CopyError::Network(redact_urls(&error.to_string())))?;
         if read == 0 {
-            return Ok(());
+            return Ok(total);
+        }
+        if read as u64 > expected - total {
+            return Err(CopyError::Oversized);
         }
         file.write_all(&buffer[..read]).map_err(CopyError::Disk)?;
+        total += read as u64;
         if let Some(bar) = bar {
             bar.inc(read as u64);
         }
+        watch.check(total).map_err(CopyError::TooSlow)?;
     }
 }
 
-/// The size must match; an LFS file (a 64-hex etag) must hash to it.
+/// `bytes FIRST-LAST/TOTAL` (`TOTAL` may be `*`): the range a 206 answer holds.
+fn content_range(header: &str) -> Option<(u64, u64, Option<u64>)> {
+    let range = header.trim().strip_prefix("bytes ")?;
+    let (span, total) = range.split_once('/')?;
+    let (first, last) = span.split_once('-')?;
+    let total = if total.trim() == "*" { None } else { Some(total.trim().parse().ok()?) };
+    Some((first.trim().parse().ok()?, last.trim().parse().ok()?, total))
+}
+
+/// An error opening a file of the cache; a link met despite the checks (one planted since) is
+/// named as such.
+fn open_error(repo: &RepoId, path: &Path, action: &'static str, error: std::io::Error) -> Error {
+    #[cfg(unix)]
+    if error.raw_os_error() == Some(libc::ELOOP) {
+        return cache::link_error(repo, path, "file");
+    }
+    let _ = repo;
+    Error::io(action, path)(error)
+}
+
+/// The size must match, and the hash the etag names: an LFS file's etag is its sha256, a
+/// regular file's is its git blob sha1 (`sha1("blob <size>\0" + bytes)`).
 fn verify(repo: &RepoId, path: &str, meta: &FileMeta, incomplete: &Path) -> Result<()> {
     let corrupt = |expected: String, found: String| Error::Hub {
         repo: repo.to_string(),
         problem: HubProblem::Corrupt { file: path.to_string(), expected, found },
     };
-    let size = std::fs::metadata(incomplete).map_err(Error::io("read", incomplete))?.len();
-    if let Some(expected) = meta.size
-        && expected != size
-    {
-        return Err(corrupt(format!("{expected} bytes"), format!("{size} bytes")));
+    let size = std::fs::symlink_metadata(incomplete).map_err(Error::io("read", incomplete))?.len();
+    if meta.size != size {
+        return Err(corrupt(format!("{} bytes", meta.size), format!("{size} bytes")));
     }
-    let is_sha256 = meta.etag.len() == 64 && meta.etag.bytes().all(|b| b.is_ascii_hexdigit());
-    if is_sha256 {
+    let hex = |length: usize| meta.etag.len() == length && meta.etag.bytes().all(|b| b.is_ascii_hexdigit());
+    if hex(64) {
         let found = sha256_file(incomplete)?;
         if !found.eq_ignore_ascii_case(&meta.etag) {
             return Err(corrupt(format!("sha256 {}", meta.etag), format!("sha256 {found}")));
+        }
+    } else if hex(40) {
+        let found = git_blob_sha1(incomplete, size)?;
+        if !found.eq_ignore_ascii_case(&meta.etag) {
+            return Err(corrupt(format!("git blob sha1 {}", meta.etag), format!("git blob sha1 {found}")));
         }
     }
     Ok(())
@@ -565,21 +745,34 @@ fn verify(repo: &RepoId, path: &str, meta: &FileMeta, incomplete: &Path) -> Resu
 
 /// The sha256 of a file, in lowercase hex.
 pub(crate) fn sha256_file(path: &Path) -> Result<String> {
-    let mut file = File::open(path).map_err(Error::io("read", path))?;
     let mut hasher = Sha256::new();
+    hash_file(path, |bytes| hasher.update(bytes))?;
+    Ok(hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+/// The id git gives a file of `size` bytes, in lowercase hex.
+fn git_blob_sha1(path: &Path, size: u64) -> Result<String> {
+    let mut hasher = Sha1::new();
+    sha1::Digest::update(&mut hasher, format!("blob {size}\0").as_bytes());
+    hash_file(path, |bytes| sha1::Digest::update(&mut hasher, bytes))?;
+    Ok(sha1::Digest::finalize(hasher).iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+fn hash_file(path: &Path, mut update: impl FnMut(&[u8])) -> Result<()> {
+    let mut file = File::open(path).map_err(Error::io("read", path))?;
     let mut buffer = vec![0u8; 1 << 20];
     loop {
         let read = file.read(&mut buffer).map_err(Error::io("read", path))?;
         if read == 0 {
-            break;
+            return Ok(());
         }
-        hasher.update(&buffer[..read]);
+        update(&buffer[..read]);
     }
-    Ok(hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect())
 }
 
-fn blob_complete(blob: &Path, size: Option<u64>) -> bool {
-    std::fs::metadata(blob).is_ok_and(|m| m.is_file() && size.is_none_or(|size| m.len() == size))
+/// Whether the blob is in place: a real file (not a link) of the size announced.
+fn blob_complete(blob: &Path, size: u64) -> bool {
+    std::fs::symlink_metadata(blob).is_ok_and(|m| m.is_file() && m.len() == size)
 }
 
 /// `W/"abc"` and `"abc"` are the etag `abc`.
@@ -597,7 +790,8 @@ fn commit_of_snapshot(local: &Path, path: &str) -> Option<String> {
     is_commit(name).then(|| name.to_string())
 }
 
-/// The files under `folder`, as `/`-separated relative paths, sorted.
+/// The files under `folder`, as `/`-separated relative paths, sorted; links to files count as
+/// files, links to folders are not followed.
 pub(crate) fn walk(folder: &Path) -> Vec<String> {
     let mut files = Vec::new();
     let mut pending = vec![(folder.to_path_buf(), String::new())];
@@ -606,10 +800,13 @@ pub(crate) fn walk(folder: &Path) -> Vec<String> {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let relative = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
+            // The entry's own type: a link to a folder is never descended (two links to `.`
+            // would make the walk endless); a link to a file is how snapshots point at blobs.
+            let Ok(kind) = entry.file_type() else { continue };
             let path = entry.path();
-            if path.is_dir() {
+            if kind.is_dir() {
                 pending.push((path, relative));
-            } else if path.is_file() {
+            } else if kind.is_file() || (kind.is_symlink() && path.is_file()) {
                 files.push(relative);
             }
         }
@@ -621,6 +818,29 @@ pub(crate) fn walk(folder: &Path) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_ranges_parse() {
+        assert_eq!(content_range("bytes 500-999/1000"), Some((500, 999, Some(1000))));
+        assert_eq!(content_range("bytes 0-9/*"), Some((0, 9, None)));
+        for bad in ["bytes 500-999", "500-999/1000", "bytes a-b/c", "bytes -1-2/3"] {
+            assert_eq!(content_range(bad), None, "{bad}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn walks_list_file_links_and_never_descend_folder_links() {
+        let dir = std::env::temp_dir().join(format!("nnx-walk-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/a.json"), b"{}").unwrap();
+        std::os::unix::fs::symlink("sub/a.json", dir.join("b.json")).unwrap();
+        std::os::unix::fs::symlink(".", dir.join("loop1")).unwrap();
+        std::os::unix::fs::symlink(".", dir.join("loop2")).unwrap();
+        assert_eq!(walk(&dir), ["b.json", "sub/a.json"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn etags_lose_quotes_and_weakness() {

@@ -7,9 +7,16 @@ use std::time::Duration;
 
 use ureq::http::{HeaderMap, Response};
 
-use super::RepoId;
+use super::{RepoId, answers};
 use crate::error::{HubProblem, Missing};
+use crate::text::{redact_url, redact_urls};
 use crate::{Error, Result};
+
+/// The most a JSON answer may hold: the Hub's largest listings are a few MiB.
+pub(crate) const MAX_JSON_BYTES: u64 = 64 << 20;
+
+/// The most of an error body that is read for its message.
+const MAX_ERROR_BYTES: u64 = 1 << 16;
 
 /// An answer, with the URL that gave it.
 pub(crate) struct Reply {
@@ -26,15 +33,45 @@ impl Reply {
         header(self.response.headers(), name)
     }
 
-    /// The body as JSON (at most 64 MiB: the Hub's listings are far smaller).
-    pub(crate) fn json(mut self, repo: &RepoId) -> Result<serde_json::Value> {
-        let text =
-            self.response.body_mut().with_config().limit(64 << 20).read_to_string().map_err(|error| Error::Hub {
+    /// The body of a JSON answer, at most [`MAX_JSON_BYTES`]: a longer one (announced, or
+    /// found while reading) is refused without reading the rest.
+    pub(crate) fn json_bytes(mut self, repo: &RepoId) -> Result<(String, Vec<u8>)> {
+        let too_long = |url: &str| {
+            let message = format!("the answer is longer than the {} MiB nnx reads", MAX_JSON_BYTES >> 20);
+            protocol(repo, url, message)
+        };
+        let announced = self.header("content-length").and_then(|length| length.trim().parse::<u64>().ok());
+        if announced.is_some_and(|length| length > MAX_JSON_BYTES) {
+            return Err(too_long(&self.url));
+        }
+        match self.response.body_mut().with_config().limit(MAX_JSON_BYTES).read_to_vec() {
+            Ok(bytes) => Ok((self.url, bytes)),
+            Err(ureq::Error::BodyExceedsLimit(_)) => Err(too_long(&self.url)),
+            Err(error) => Err(Error::Hub {
                 repo: repo.to_string(),
-                problem: HubProblem::Network { url: self.url.clone(), message: error.to_string() },
-            })?;
-        serde_json::from_str(&text)
-            .map_err(|error| protocol(repo, &self.url, format!("the body is not JSON ({error})")))
+                problem: HubProblem::Network { url: redact_url(&self.url), message: transport_message(&error) },
+            }),
+        }
+    }
+
+    /// The body as a `T` (unknown fields skipped, nothing built that `T` does not hold).
+    pub(crate) fn json<T: serde::de::DeserializeOwned>(self, repo: &RepoId) -> Result<T> {
+        let (url, bytes) = self.json_bytes(repo)?;
+        answers::parse(&bytes).map_err(|message| protocol(repo, &url, message))
+    }
+}
+
+/// What a transport failure was, in words, without the credentials or signed queries of the
+/// URLs it names: a refused connection is told from a timeout.
+pub(crate) fn transport_message(error: &ureq::Error) -> String {
+    match error {
+        ureq::Error::ConnectionFailed => "connection refused".to_string(),
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "connection refused: nothing listens at that address".to_string()
+        }
+        ureq::Error::Timeout(which) => format!("timed out ({which})"),
+        ureq::Error::HostNotFound => "host not found".to_string(),
+        other => redact_urls(&other.to_string()),
     }
 }
 
@@ -43,7 +80,7 @@ pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
 }
 
 pub(crate) fn protocol(repo: &RepoId, url: &str, message: String) -> Error {
-    Error::Hub { repo: repo.to_string(), problem: HubProblem::Protocol { url: url.to_string(), message } }
+    Error::Hub { repo: repo.to_string(), problem: HubProblem::Protocol { url: redact_url(url), message } }
 }
 
 /// A request to send: method, URL, headers and an optional body.
@@ -161,7 +198,7 @@ impl Http {
                 builder.body(file).map(|request| self.agent.run(request))
             }
         };
-        result.map_err(|error| error.to_string())?.map_err(|error| error.to_string())
+        result.map_err(|error| redact_urls(&error.to_string()))?.map_err(|error| transport_message(&error))
     }
 
     /// Sends, retrying transport failures, 429 and 5xx with backoff. Any other status comes back
@@ -179,7 +216,7 @@ impl Http {
                     Ok(response) => Ok(Reply { url: request.url.clone(), response }),
                     Err(message) => Err(Error::Hub {
                         repo: repo.to_string(),
-                        problem: HubProblem::Network { url: request.url.clone(), message },
+                        problem: HubProblem::Network { url: redact_url(&request.url), message },
                     }),
                 };
             }
@@ -208,13 +245,12 @@ pub(crate) fn refused(repo: &RepoId, http: &Http, mut reply: Reply, about: About
         .header("x-error-message")
         .map(str::to_string)
         .or_else(|| {
-            let text = reply.response.body_mut().with_config().limit(1 << 16).read_to_string().ok()?;
-            let value: serde_json::Value = serde_json::from_str(&text).ok()?;
-            value.get("error").and_then(|error| error.as_str()).map(str::to_string)
+            let bytes = reply.response.body_mut().with_config().limit(MAX_ERROR_BYTES).read_to_vec().ok()?;
+            answers::error_message(&bytes)
         })
         .unwrap_or_default();
-    let url = reply.url.clone();
-    let had_token = http.has_token_for(&url);
+    let had_token = http.has_token_for(&reply.url);
+    let url = redact_url(&reply.url);
     let problem = match status {
         401 | 403 if !(had_token && code == "RepoNotFound") => {
             HubProblem::Unauthorized { url, status, had_token, gated: code == "GatedRepo" }

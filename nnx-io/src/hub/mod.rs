@@ -7,6 +7,7 @@
 //! folder: repeat loads are served from the cache, and `HF_HUB_OFFLINE=1` never touches the
 //! network.
 
+mod answers;
 mod cache;
 #[cfg(feature = "hub")]
 mod client;
@@ -213,6 +214,81 @@ fn fetch_file(hub: &HubPath) -> Result<PathBuf> {
         }
     }
     Ok(path)
+}
+
+/// The parsers of what a Hub sends, for the fuzz targets; not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// The commit and the file names of a revision listing, as `Hub::revision` reads
+    /// them (with the `hub` feature).
+    ///
+    /// # Errors
+    /// What is wrong with the answer.
+    pub fn revision_listing(bytes: &[u8]) -> Result<(String, Vec<String>), String> {
+        super::answers::revision(bytes)
+    }
+
+    /// The `(path, mode)` pairs of a `preupload` answer.
+    ///
+    /// # Errors
+    /// What is wrong with the answer.
+    pub fn preupload_answer(bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
+        let answer: super::answers::Preupload = super::answers::parse(bytes)?;
+        Ok(answer.files.into_iter().map(|file| (file.path, file.upload_mode)).collect())
+    }
+
+    /// The object ids of a git-LFS batch answer, each with its upload and verify URLs and its
+    /// error message.
+    ///
+    /// # Errors
+    /// What is wrong with the answer.
+    pub fn lfs_batch_answer(bytes: &[u8]) -> Result<Vec<LfsObject>, String> {
+        let answer: super::answers::LfsBatch = super::answers::parse(bytes)?;
+        let href = |action: Option<super::answers::LfsAction>| {
+            action.map(|action| (action.href, action.header.into_iter().collect()))
+        };
+        Ok(answer
+            .objects
+            .into_iter()
+            .map(|object| {
+                let (upload, verify) = object.actions.map_or((None, None), |a| (href(a.upload), href(a.verify)));
+                let error = object.error.map(|error| (error.code, error.message.unwrap_or_default()));
+                LfsObject { oid: object.oid, upload, verify, error }
+            })
+            .collect())
+    }
+
+    /// One object of a git-LFS batch answer.
+    #[derive(Debug)]
+    pub struct LfsObject {
+        /// Its id.
+        pub oid: String,
+        /// The upload action's URL and headers.
+        pub upload: Option<(String, Vec<(String, String)>)>,
+        /// The verify action's URL and headers.
+        pub verify: Option<(String, Vec<(String, String)>)>,
+        /// The error's code and message.
+        pub error: Option<(u64, String)>,
+    }
+
+    /// The commit and page of a commit answer.
+    ///
+    /// # Errors
+    /// What is wrong with the answer.
+    pub fn commit_answer(bytes: &[u8]) -> Result<(String, String), String> {
+        let answer: super::answers::CommitAnswer = super::answers::parse(bytes)?;
+        Ok((answer.commit, answer.url))
+    }
+
+    /// The message of an error body `{"error": "..."}`.
+    pub fn error_message(bytes: &[u8]) -> Option<String> {
+        super::answers::error_message(bytes)
+    }
+
+    /// Whether a name from a server may be joined to a folder of the cache.
+    pub fn safe_name(name: &str) -> bool {
+        super::cache::safe_relative(name)
+    }
 }
 
 #[cfg(test)]

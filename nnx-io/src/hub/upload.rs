@@ -7,9 +7,11 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::RepoId;
+use super::answers::{CommitAnswer, LfsAction, LfsBatch, Preupload};
 use super::client::{Hub, sha256_file, walk};
 use super::http::{About, Body, Reply, Request, encode_segment, protocol, refused};
 use crate::error::HubProblem;
@@ -128,14 +130,10 @@ impl Hub {
             let request = Request::new("POST", url.clone())
                 .header("Content-Type", "application/json")
                 .body(Body::Bytes(body.as_bytes()));
-            let value = self.expect_json(repo, revision, self.http.send(repo, &request)?)?;
-            let answered = value.get("files").and_then(Value::as_array);
-            let answered = answered.ok_or_else(|| protocol(repo, &url, "no `files` in the preupload answer".into()))?;
+            let answer: Preupload = self.expect_json(repo, revision, self.http.send(repo, &request)?)?;
             for upload in chunk {
-                let mode = answered
-                    .iter()
-                    .find(|file| file.get("path").and_then(Value::as_str) == Some(&upload.path))
-                    .and_then(|file| file.get("uploadMode").and_then(Value::as_str));
+                let mode =
+                    answer.files.iter().find(|file| file.path == upload.path).map(|file| file.upload_mode.as_str());
                 match mode {
                     Some("lfs") => modes.push((upload.path.clone(), true)),
                     Some("regular") => modes.push((upload.path.clone(), false)),
@@ -166,31 +164,25 @@ impl Hub {
             .header("Accept", LFS_JSON)
             .header("Content-Type", LFS_JSON)
             .body(Body::Bytes(body.as_bytes()));
-        let value = self.expect_json(repo, revision, self.http.send(repo, &request)?)?;
-        let answered = value.get("objects").and_then(Value::as_array);
-        let answered = answered.ok_or_else(|| protocol(repo, &url, "no `objects` in the LFS batch answer".into()))?;
-        for object in answered {
-            let oid = object.get("oid").and_then(Value::as_str).unwrap_or_default();
+        let answer: LfsBatch = self.expect_json(repo, revision, self.http.send(repo, &request)?)?;
+        for object in answer.objects {
+            let oid = object.oid;
             let upload = lfs.iter().find(|upload| upload.sha256 == oid);
             let upload =
                 upload.ok_or_else(|| protocol(repo, &url, format!("an object `{oid}` that was not asked for")))?;
-            if let Some(error) = object.get("error") {
+            if let Some(error) = object.error {
                 return Err(Error::Hub {
                     repo: repo.to_string(),
                     problem: HubProblem::Status {
                         url: url.clone(),
-                        status: error.get("code").and_then(Value::as_u64).unwrap_or(0) as u16,
-                        message: format!(
-                            "`{}`: {}",
-                            upload.path,
-                            error.get("message").and_then(Value::as_str).unwrap_or("refused")
-                        ),
+                        status: u16::try_from(error.code).unwrap_or(0),
+                        message: format!("`{}`: {}", upload.path, error.message.as_deref().unwrap_or("refused")),
                     },
                 });
             }
-            let Some(actions) = object.get("actions") else { continue };
-            if let Some(action) = actions.get("upload") {
-                let (href, headers) = lfs_action(repo, &url, action)?;
+            let Some(actions) = object.actions else { continue };
+            if let Some(action) = actions.upload {
+                let (href, headers) = lfs_action(action);
                 let mut request = Request::new("PUT", href).body(Body::File(&upload.local));
                 for (name, value) in headers {
                     request = request.header(name, value);
@@ -200,8 +192,8 @@ impl Hub {
                     return Err(refused(repo, &self.http, reply, About { revision, file: Some(&upload.path) }));
                 }
             }
-            if let Some(action) = actions.get("verify") {
-                let (href, headers) = lfs_action(repo, &url, action)?;
+            if let Some(action) = actions.verify {
+                let (href, headers) = lfs_action(action);
                 let body = json!({ "oid": upload.sha256, "size": upload.size }).to_string();
                 let mut request = Request::new("POST", href)
                     .header("Content-Type", LFS_JSON)
@@ -245,19 +237,18 @@ impl Hub {
         let request = Request::new("POST", url.clone())
             .header("Content-Type", "application/x-ndjson")
             .body(Body::Bytes(body.as_bytes()));
-        let value = self.expect_json(repo, revision, self.http.send(repo, &request)?)?;
-        let commit = value.get("commitOid").and_then(Value::as_str);
-        let commit = commit.ok_or_else(|| protocol(repo, &url, "no `commitOid` in the commit answer".into()))?;
+        let answer: CommitAnswer = self.expect_json(repo, revision, self.http.send(repo, &request)?)?;
         Ok(CommitInfo {
             repo: repo.clone(),
-            commit: commit.to_string(),
-            url: value.get("commitUrl").and_then(Value::as_str).unwrap_or_default().to_string(),
+            commit: answer.commit,
+            url: answer.url,
             regular: regular.iter().map(|upload| upload.path.clone()).collect(),
             lfs: lfs.iter().map(|upload| upload.path.clone()).collect(),
         })
     }
 
-    fn expect_json(&self, repo: &RepoId, revision: &str, reply: Reply) -> Result<Value> {
+    /// A success's body as a `T` (at most [`super::http::MAX_JSON_BYTES`]), else the refusal.
+    fn expect_json<T: DeserializeOwned>(&self, repo: &RepoId, revision: &str, reply: Reply) -> Result<T> {
         if (200..300).contains(&reply.status()) {
             reply.json(repo)
         } else {
@@ -266,12 +257,7 @@ impl Hub {
     }
 }
 
-/// An LFS action's `href` and `header` map.
-fn lfs_action(repo: &RepoId, url: &str, action: &Value) -> Result<(String, Vec<(String, String)>)> {
-    let href = action.get("href").and_then(Value::as_str);
-    let href = href.ok_or_else(|| protocol(repo, url, "an LFS action without `href`".into()))?;
-    let headers = action.get("header").and_then(Value::as_object).map(|map| {
-        map.iter().map(|(name, value)| (name.clone(), value.as_str().unwrap_or_default().to_string())).collect()
-    });
-    Ok((href.to_string(), headers.unwrap_or_default()))
+/// An LFS action's `href` and headers.
+fn lfs_action(action: LfsAction) -> (String, Vec<(String, String)>) {
+    (action.href, action.header.into_iter().collect())
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 
-use super::{Client, RemoteFile, remote_error};
+use super::{Client, RemoteFile};
 use crate::error::Result;
 
 /// Ranges of one file to fetch.
@@ -99,21 +99,18 @@ fn fetch_from(client: &Arc<Client>, requests: &[Request], out: &mut [Vec<Option<
                 .map(move |start| Chunk { file, range: start..(start + limit).min(range.end) })
         })
         .collect();
-    let fetched: Vec<std::result::Result<Bytes, (usize, object_store::Error)>> =
-        client.block_on(
-            futures::stream::iter(chunks.iter().map(|chunk| {
-                let file = &files[chunk.file];
-                async move {
-                    client.store.get_range(&file.path, chunk.range.clone()).await.map_err(|error| (chunk.file, error))
-                }
-            }))
-            .buffered(options.concurrency.max(1))
-            .collect(),
-        );
+    // Each answer is checked against its range as it streams in (see `Client::get_range`).
+    let fetched: Vec<Result<Bytes>> = client.block_on(
+        futures::stream::iter(chunks.iter().map(|chunk| {
+            let file = &files[chunk.file];
+            async move { client.get_range(&file.path, chunk.range.clone(), false).await.map(|(bytes, _)| bytes) }
+        }))
+        .buffered(options.concurrency.max(1))
+        .collect(),
+    );
     let mut pieces: Vec<(usize, Range<u64>, Bytes)> = Vec::with_capacity(chunks.len());
     for (chunk, result) in chunks.iter().zip(fetched) {
-        let bytes = result.map_err(|(file, error)| remote_error(&files[file].url.to_string_lossy(), error))?;
-        client.count(bytes.len());
+        let bytes = result?;
         if let Some(cache) = &options.cache {
             cache.put(&files[chunk.file], &chunk.range, &bytes);
         }

@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicU64;
 use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
+use super::transport::BoundedConnector;
 use super::{Client, RemoteFile, RemoteOptions, remote_error};
 use crate::archive::Archive;
 use crate::error::{Error, RemoteProblem, Result};
@@ -22,15 +23,7 @@ pub fn is_remote(location: &str) -> bool {
 
 /// `url` without credentials: no user information and no query string.
 pub(crate) fn redact(url: &str) -> String {
-    let url = url.split(['?', '#']).next().unwrap_or_default();
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-            format!("{scheme}://{host}{path}")
-        }
-        None => url.to_string(),
-    }
+    crate::text::redact_url(url)
 }
 
 fn bad(url: &str, problem: RemoteProblem) -> Error {
@@ -51,7 +44,7 @@ pub(crate) fn client(url: &str, options: &RemoteOptions) -> Result<(Arc<Client>,
     let retry = RetryConfig {
         backoff: BackoffConfig::default(),
         max_retries: options.retries,
-        retry_timeout: options.timeout.saturating_mul(options.retries as u32 + 1),
+        retry_timeout: options.deadline(),
     };
     let timeout = format!("{}ms", options.timeout.as_millis());
     let settings = || {
@@ -69,7 +62,8 @@ pub(crate) fn client(url: &str, options: &RemoteOptions) -> Result<(Arc<Client>,
             for (key, value) in settings() {
                 builder = builder.with_config(key.parse().map_err(|_| unknown(&key))?, value);
             }
-            let store = built(builder.with_retry(retry).build().map(|store| Arc::new(store) as _))?;
+            let builder = builder.with_retry(retry).with_http_connector(BoundedConnector);
+            let store = built(builder.build().map(|store| Arc::new(store) as _))?;
             (store, format!(concat!($scheme, "://{}"), authority), key.to_string())
         }};
     }
@@ -127,7 +121,8 @@ pub(crate) fn client(url: &str, options: &RemoteOptions) -> Result<(Arc<Client>,
         store,
         runtime,
         options: options.clone(),
-        root,
+        // Messages and listings name files by this root: it must not carry a password.
+        root: redact(&root),
         requests: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         cached_bytes: AtomicU64::new(0),
@@ -160,6 +155,7 @@ fn http_store(
         .with_url(base)
         .with_client_options(client)
         .with_retry(retry)
+        .with_http_connector(BoundedConnector)
         .build()
         .map(|store| Arc::new(store) as Arc<dyn ObjectStore>)
         .map_err(|error| remote_error(url, error))
@@ -186,7 +182,7 @@ fn open_object(client: Arc<Client>, path: ObjectPath) -> Result<Archive> {
     let name = path.filename().unwrap_or_default().to_string();
     let url = client.url(&path);
     if name.ends_with(".json") {
-        let text = client.get_all(&path)?;
+        let text = client.get_whole(&path, super::MAX_INDEX_BYTES, "shard index")?;
         let text = std::str::from_utf8(&text).map_err(|_| Error::Index {
             path: url.clone().into(),
             problem: crate::IndexProblem::NotJson { message: "not UTF-8".into() },

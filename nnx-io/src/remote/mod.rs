@@ -10,10 +10,17 @@
 //! from each store's standard environment variables (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`,
 //! `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`, ..., `HF_TOKEN` and `HF_ENDPOINT`
 //! for the Hub) or from [`RemoteOptions::config`]; they never appear in errors.
+//!
+//! A server is not trusted: an answer is read into a buffer reserved for the bytes asked for
+//! and no more, a longer, shorter or misplaced answer is refused as soon as it shows, objects
+//! read whole (a shard index) have a size limit, error answers are cut short, and every
+//! request ends within its deadline, however slowly the server sends. `NNX_REMOTE_TIMEOUT`
+//! (seconds) and `NNX_REMOTE_RETRIES` set [`RemoteOptions::default`]'s timeout and retries.
 
 mod cache;
 pub(crate) mod fetch;
 mod location;
+mod transport;
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -22,8 +29,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use object_store::ObjectStore;
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use object_store::path::Path as ObjectPath;
+use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore};
 
 pub use cache::RangeCache;
 pub(crate) use fetch::Request;
@@ -47,7 +56,9 @@ pub struct RemoteOptions {
     /// Retries of a failed request (with exponential backoff), for errors worth retrying
     /// (timeouts, connection resets, 5xx).
     pub retries: usize,
-    /// Time allowed for one request, and for connecting.
+    /// Time allowed for one attempt of a request (connecting, waiting and receiving the
+    /// body), and for connecting. A request with its retries ends after at most
+    /// `timeout * (retries + 1)`, however slowly the server sends.
     pub timeout: Duration,
     /// A local cache of fetched ranges (none by default).
     pub cache: Option<RangeCache>,
@@ -57,14 +68,27 @@ pub struct RemoteOptions {
     pub config: Vec<(String, String)>,
 }
 
+/// The largest shard index (`model.safetensors.index.json`) read from a store: real ones
+/// are well under a megabyte, and an index is read whole.
+pub const MAX_INDEX_BYTES: u64 = 64 << 20;
+
 impl Default for RemoteOptions {
+    /// The defaults above, with the timeout from `NNX_REMOTE_TIMEOUT` (seconds) and the
+    /// retries from `NNX_REMOTE_RETRIES` when they are set: the command line's only way to
+    /// change them.
     fn default() -> RemoteOptions {
+        let variable = |name: &str| std::env::var(name).ok().map(|text| text.trim().to_string());
+        let timeout = variable("NNX_REMOTE_TIMEOUT")
+            .and_then(|text| text.parse::<f64>().ok())
+            .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
+            .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok());
+        let retries = variable("NNX_REMOTE_RETRIES").and_then(|text| text.parse::<usize>().ok());
         RemoteOptions {
             coalesce_gap: 1 << 20,
             concurrency: 8,
             max_request_bytes: 16 << 20,
-            retries: 3,
-            timeout: Duration::from_secs(30),
+            retries: retries.unwrap_or(3),
+            timeout: timeout.unwrap_or(Duration::from_secs(30)),
             cache: None,
             config: Vec::new(),
         }
@@ -91,6 +115,13 @@ impl RemoteOptions {
     pub fn with_cache(mut self, cache: RangeCache) -> RemoteOptions {
         self.cache = Some(cache);
         self
+    }
+
+    /// The most one request may take with its retries: `object_store`'s timeout bounds each
+    /// attempt, and this bounds them all together.
+    pub(crate) fn deadline(&self) -> Duration {
+        let attempts = u32::try_from(self.retries.saturating_add(1)).unwrap_or(u32::MAX);
+        self.timeout.saturating_mul(attempts)
     }
 }
 
@@ -147,29 +178,113 @@ impl Client {
         }
     }
 
-    /// The whole object at `path` (a shard index: small).
-    pub(crate) fn get_all(&self, path: &ObjectPath) -> Result<Bytes> {
+    /// The whole object at `path`, at most `limit` bytes, for objects read whole (`what`
+    /// names it in errors): the announced size is checked before anything is reserved, and
+    /// the body is counted as it arrives, so a server that announces less than it sends is
+    /// cut off too.
+    pub(crate) fn get_whole(&self, path: &ObjectPath, limit: u64, what: &'static str) -> Result<Bytes> {
         let url = self.url(path);
-        let bytes = self.block_on(async {
-            let result = self.store.get(path).await?;
-            result.bytes().await
-        });
-        let bytes = bytes.map_err(|error| remote_error(&url, error))?;
-        self.count(bytes.len());
-        Ok(bytes)
+        self.block_on(self.within(&url, async {
+            let result = self.store.get(path).await.map_err(|error| remote_error(&url, error))?;
+            let size = result.meta.size;
+            if size > limit {
+                return Err(Error::Remote { url: url.clone(), problem: RemoteProblem::TooLarge { what, size, limit } });
+            }
+            let body = collect(&url, result.into_stream(), size).await?;
+            self.count(body.len());
+            Ok(body)
+        }))
+    }
+
+    /// The bytes `range` of the object at `path` and the object's metadata, streamed into a
+    /// buffer of exactly the range's length: an answer for other bytes, or longer or shorter
+    /// than asked, is refused as soon as it shows, so a server cannot make nnx hold more than
+    /// it asked for. With `to_end`, a range past the object's end may come back cut at it
+    /// (for the first bytes of an object that may be shorter).
+    pub(crate) async fn get_range(
+        &self,
+        path: &ObjectPath,
+        range: Range<u64>,
+        to_end: bool,
+    ) -> Result<(Bytes, ObjectMeta)> {
+        let url = self.url(path);
+        self.within(&url, async {
+            let options = GetOptions { range: Some(GetRange::Bounded(range.clone())), ..Default::default() };
+            let result = self.store.get_opts(path, options).await.map_err(|error| remote_error(&url, error))?;
+            let cut = range.start..range.end.min(result.meta.size);
+            if result.range != range && !(to_end && result.range == cut) {
+                let problem = RemoteProblem::WrongRange { asked: range.clone(), sent: result.range.clone() };
+                return Err(Error::Remote { url: url.clone(), problem });
+            }
+            let meta = result.meta.clone();
+            let asked = result.range.end - result.range.start;
+            let body = collect(&url, result.into_stream(), asked).await?;
+            self.count(body.len());
+            Ok((body, meta))
+        })
+        .await
+    }
+
+    /// `future` (a request to `url`), cut off at the request deadline: `object_store`'s
+    /// timeout bounds each attempt, but a body trickling in across retries is bounded only
+    /// here.
+    async fn within<T>(&self, url: &str, future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let deadline = self.options.deadline();
+        tokio::time::timeout(deadline, future).await.unwrap_or_else(|_| {
+            let message = format!(
+                "no complete answer within {:.1} s: {} attempts of {:.1} s",
+                deadline.as_secs_f64(),
+                self.options.retries.saturating_add(1),
+                self.options.timeout.as_secs_f64()
+            );
+            Err(Error::Remote { url: url.to_string(), problem: RemoteProblem::Timeout { message } })
+        })
     }
 
     /// Whether an object exists at `path` (a `HEAD` request).
     pub(crate) fn exists(&self, path: &ObjectPath) -> Result<bool> {
-        match self.block_on(self.store.head(path)) {
-            Ok(_) => {
-                self.requests.fetch_add(1, Ordering::Relaxed);
-                Ok(true)
+        let url = self.url(path);
+        let head = self.block_on(self.within(&url, async {
+            match self.store.head(path).await {
+                Ok(meta) => Ok(Some(meta)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(error) => Err(remote_error(&url, error)),
             }
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(error) => Err(remote_error(&self.url(path), error)),
-        }
+        }))?;
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        Ok(head.is_some())
     }
+
+    /// The size of the object at `path` as a `HEAD` request gives it, if it answers.
+    fn head_size(&self, path: &ObjectPath) -> Option<u64> {
+        let url = self.url(path);
+        let head = self.within(&url, async { self.store.head(path).await.map_err(|error| remote_error(&url, error)) });
+        self.block_on(head).ok().map(|meta| meta.size)
+    }
+}
+
+/// Reads `body`, which must hold exactly `asked` bytes, into one buffer reserved (fallibly)
+/// for them, stopping at the first byte past `asked`.
+async fn collect(url: &str, mut body: BoxStream<'static, object_store::Result<Bytes>>, asked: u64) -> Result<Bytes> {
+    let fail = |problem| Error::Remote { url: url.to_string(), problem };
+    let mut buffer = Vec::new();
+    usize::try_from(asked)
+        .ok()
+        .and_then(|len| buffer.try_reserve_exact(len).ok())
+        .ok_or_else(|| fail(RemoteProblem::NoMemory { bytes: asked }))?;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|error| remote_error(url, error))?;
+        let received = buffer.len() as u64 + chunk.len() as u64;
+        if received > asked {
+            // Dropping the body closes the connection: nothing more is read.
+            return Err(fail(RemoteProblem::TooLong { asked, sent_at_least: received }));
+        }
+        buffer.extend_from_slice(&chunk);
+    }
+    if (buffer.len() as u64) < asked {
+        return Err(fail(RemoteProblem::ShortRead { asked, received: buffer.len() as u64 }));
+    }
+    Ok(Bytes::from(buffer))
 }
 
 /// A SafeTensors file in a store: its header, read with two range requests.
@@ -185,28 +300,22 @@ pub(crate) struct RemoteFile {
 
 impl RemoteFile {
     /// Fetches the header length, then the header, and validates it against the object's
-    /// size.
+    /// size. The header's length is checked against [`header::MAX_HEADER_BYTES`] before it is
+    /// asked for, as for local files.
     pub(crate) fn open(client: Arc<Client>, path: ObjectPath) -> Result<Arc<RemoteFile>> {
         let url_text = client.url(&path);
         let url = PathBuf::from(&url_text);
-        let first = client.block_on(async {
-            let options =
-                object_store::GetOptions { range: Some(object_store::GetRange::Bounded(0..8)), ..Default::default() };
-            let result = client.store.get_opts(&path, options).await?;
-            let meta = result.meta.clone();
-            Ok::<_, object_store::Error>((meta, result.bytes().await?))
-        });
-        let (meta, first) = match first {
+        let (first, meta) = match client.block_on(client.get_range(&path, 0..8, true)) {
             Ok(found) => found,
-            // An empty object has no byte 0 to ask for.
-            Err(object_store::Error::Generic { .. })
-                if client.block_on(client.store.head(&path)).is_ok_and(|meta| meta.size == 0) =>
-            {
-                return Err(Error::Header { path: url, problem: crate::HeaderProblem::Empty });
+            // An empty object has no byte 0 to ask for: the store refuses the range.
+            Err(error @ Error::Remote { problem: RemoteProblem::Transfer { .. }, .. }) => {
+                if client.head_size(&path) == Some(0) {
+                    return Err(Error::Header { path: url, problem: crate::HeaderProblem::Empty });
+                }
+                return Err(error);
             }
-            Err(error) => return Err(remote_error(&url_text, error)),
+            Err(error) => return Err(error),
         };
-        client.count(first.len());
         let file_len = usize::try_from(meta.size).unwrap_or(usize::MAX);
         let Some(prefix) = first.first_chunk::<8>() else {
             return Err(Error::Header { path: url, problem: crate::HeaderProblem::TooShort { len: first.len() } });
@@ -216,15 +325,16 @@ impl RemoteFile {
         let text = if declared == 0 {
             Bytes::new()
         } else {
-            let text = client
-                .block_on(client.store.get_range(&path, 8..8 + declared as u64))
-                .map_err(|error| remote_error(&url_text, error))?;
-            client.count(text.len());
-            text
+            client.block_on(client.get_range(&path, 8..8 + declared as u64, false))?.0
         };
-        let mut bytes = Vec::with_capacity(8 + text.len());
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(8 + text.len()).map_err(|_| Error::Remote {
+            url: url_text.clone(),
+            problem: RemoteProblem::NoMemory { bytes: 8 + text.len() as u64 },
+        })?;
         bytes.extend_from_slice(prefix);
         bytes.extend_from_slice(&text);
+        drop(text);
         let header = header::parse_prefix(&bytes, file_len).map_err(|problem| match crate::sniff::sniff(&bytes) {
             Some(kind) => Error::NotSafeTensors { path: url.clone(), kind },
             None => Error::Header { path: url.clone(), problem },
@@ -293,19 +403,31 @@ pub fn upload(from: &std::path::Path, url: &str, options: &RemoteOptions) -> Res
 /// # Errors
 /// [`Error::Remote`] when the store refuses, [`Error::Io`] when `to` cannot be written.
 pub fn download(url: &str, to: &std::path::Path, options: &RemoteOptions) -> Result<u64> {
-    use futures::StreamExt;
     use std::io::Write;
     let (client, path) = location::client(url, options)?;
     let url = client.url(&path);
     let temporary = to.with_extension("download-tmp");
     let mut file = std::fs::File::create(&temporary).map_err(Error::io("create", &temporary))?;
     let written = client.block_on(async {
-        let mut stream = client.store.get(&path).await.map_err(|error| remote_error(&url, error))?.into_stream();
+        let result = client.store.get(&path).await.map_err(|error| remote_error(&url, error))?;
+        // The announced size bounds what is written: a server cannot fill the disk.
+        let size = result.meta.size;
+        let mut stream = result.into_stream();
         let mut written = 0u64;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|error| remote_error(&url, error))?;
+            if written + chunk.len() as u64 > size {
+                let problem = RemoteProblem::TooLong { asked: size, sent_at_least: written + chunk.len() as u64 };
+                return Err(Error::Remote { url: url.clone(), problem });
+            }
             file.write_all(&chunk).map_err(Error::io("write", &temporary))?;
             written += chunk.len() as u64;
+        }
+        if written < size {
+            return Err(Error::Remote {
+                url: url.clone(),
+                problem: RemoteProblem::ShortRead { asked: size, received: written },
+            });
         }
         Ok::<_, Error>(written)
     });
@@ -322,23 +444,72 @@ pub fn download(url: &str, to: &std::path::Path, options: &RemoteOptions) -> Res
     Ok(written)
 }
 
-/// The error of a request to `url`, without anything of the credentials.
+/// The longest message taken from `object_store` (which may quote a server's answer).
+const MAX_MESSAGE_CHARS: usize = 600;
+
+/// The error of a request to `url`, without anything of the credentials: the URL and every
+/// URL in the store's message are redacted, and the message is cut to a line's length.
 pub(crate) fn remote_error(url: &str, error: object_store::Error) -> Error {
+    let url = location::redact(url);
     let problem = match &error {
         object_store::Error::NotFound { .. } => RemoteProblem::NotFound,
         object_store::Error::PermissionDenied { .. } => RemoteProblem::Denied,
         object_store::Error::Unauthenticated { .. } => RemoteProblem::Unauthenticated,
         object_store::Error::UnknownConfigurationKey { key, .. } => RemoteProblem::UnknownSetting { key: key.clone() },
         other => {
-            let message = other.to_string();
-            if message.contains("timed out") || message.contains("timeout") || message.contains("deadline") {
-                RemoteProblem::Timeout { message }
-            } else {
-                RemoteProblem::Transfer { message }
+            // Escaped before it is cut, so that the cut bounds what is printed.
+            let mut message = crate::text::printable(&crate::text::redact_urls(&other.to_string())).into_owned();
+            if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
+                message.truncate(cut);
+                message.push_str("...");
+            }
+            match transport_failure(other) {
+                Some(Failure::Refused) => RemoteProblem::Refused { host: host_of(&url).to_string() },
+                Some(Failure::TimedOut) => RemoteProblem::Timeout { message },
+                None => RemoteProblem::Transfer { message },
             }
         }
     };
-    Error::Remote { url: location::redact(url), problem }
+    Error::Remote { url, problem }
+}
+
+/// What a failed connection comes down to, when it is one of the failures said plainly.
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    Refused,
+    TimedOut,
+}
+
+/// Whether `error` is, down its chain of sources, a refused connection or a timeout. The
+/// chain is asked, not the message: `object_store`'s messages name its `retry_timeout`
+/// whatever the failure was.
+fn transport_failure(error: &(dyn std::error::Error + 'static)) -> Option<Failure> {
+    let mut timed_out = false;
+    let mut source = Some(error);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => return Some(Failure::Refused),
+                std::io::ErrorKind::TimedOut => timed_out = true,
+                _ => {}
+            }
+        }
+        if let Some(http) = error.downcast_ref::<object_store::client::HttpError>() {
+            timed_out |= http.kind() == object_store::client::HttpErrorKind::Timeout;
+        }
+        // A refusal the chain hides behind a boxed message.
+        if error.to_string().contains("Connection refused") && error.source().is_none() {
+            return Some(Failure::Refused);
+        }
+        source = error.source();
+    }
+    timed_out.then_some(Failure::TimedOut)
+}
+
+/// The host (and port) of `url`.
+fn host_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split('/').next().unwrap_or(rest)
 }
 
 /// The byte ranges of file `file` holding the box `boxed` (one `(start, len)` per axis) of an
@@ -399,6 +570,57 @@ mod tests {
         assert_eq!(box_ranges(&[2, 4, 3], &[(1, 1), (2, 2), (0, 3)], 1, 8), [8 + 18..8 + 24]);
         assert_eq!(box_ranges(&[2, 0], &[(0, 2), (0, 0)], 4, 0), Vec::<Range<u64>>::new());
         assert_eq!(box_ranges(&[], &[], 4, 8), [8..12]);
+    }
+
+    #[test]
+    fn answers_longer_or_shorter_than_asked_are_refused() {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let body = |chunks: &[&'static [u8]]| {
+            let chunks: Vec<object_store::Result<Bytes>> =
+                chunks.iter().map(|chunk| Ok(Bytes::from_static(chunk))).collect();
+            futures::stream::iter(chunks).boxed()
+        };
+        let read = |chunks: &[&'static [u8]], asked| runtime.block_on(collect("http://h/x", body(chunks), asked));
+        assert_eq!(read(&[b"abc", b"de"], 5).unwrap(), &b"abcde"[..]);
+        let long = read(&[b"abc", b"def", b"never read"], 5).unwrap_err();
+        assert!(
+            matches!(long, Error::Remote { problem: RemoteProblem::TooLong { asked: 5, sent_at_least: 6 }, .. }),
+            "{long:?}"
+        );
+        let short = read(&[b"abc"], 5).unwrap_err();
+        assert!(matches!(short, Error::Remote { problem: RemoteProblem::ShortRead { asked: 5, received: 3 }, .. }));
+        // Nothing is reserved for a size no memory holds.
+        let huge = read(&[b"abc"], u64::MAX).unwrap_err();
+        assert!(matches!(huge, Error::Remote { problem: RemoteProblem::NoMemory { .. }, .. }), "{huge:?}");
+    }
+
+    #[test]
+    fn refused_connections_and_timeouts_are_found_down_the_chain() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let error = object_store::Error::Generic { store: "HTTP", source: Box::new(refused) };
+        let found = remote_error("http://user:pass@127.0.0.1:9/model.safetensors", error);
+        assert!(
+            matches!(&found, Error::Remote { url, problem: RemoteProblem::Refused { host } }
+                if url == "http://127.0.0.1:9/model.safetensors" && host == "127.0.0.1:9"),
+            "{found:?}"
+        );
+        assert!(found.to_string().contains("connection refused by 127.0.0.1:9"), "{found}");
+        // `retry_timeout` in a message is not a timeout.
+        let message =
+            "Error performing GET http://user:pass@h/x in 1s, after 3 retries, retry_timeout: 120s - \u{1b}[2J";
+        let error = object_store::Error::Generic { store: "HTTP", source: message.into() };
+        let found = remote_error("http://h/x", error);
+        let Error::Remote { problem: RemoteProblem::Transfer { message }, .. } = &found else {
+            panic!("a transfer error: {found:?}");
+        };
+        assert!(!message.contains("pass"), "{message}");
+        assert!(!found.to_string().contains('\u{1b}'), "{found}");
+        let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, "slow");
+        let error = object_store::Error::Generic { store: "HTTP", source: Box::new(timed_out) };
+        assert!(matches!(
+            remote_error("http://h/x", error),
+            Error::Remote { problem: RemoteProblem::Timeout { .. }, .. }
+        ));
     }
 
     #[test]

@@ -21,6 +21,7 @@ use nnx_core::{ByteSource, Tensor};
 use self::pickle::{Container, MAX_DEPTH, StorageRef, TensorRecord, Unpickled, Value, unpickle};
 use self::zip::{Record, ZipRecords};
 use crate::error::{Error, Result, TorchProblem};
+use crate::header::{MAX_METADATA_BYTES, TextBudget};
 use crate::sniff::looks_like_safetensors;
 
 /// A read-only mapping of a checkpoint that tensors point into.
@@ -134,7 +135,13 @@ pub(crate) fn read(path: &Path) -> Result<Checkpoint> {
             (unpickled, HashMap::new())
         }
     };
-    let mut walk = Walk { unpickled: &unpickled, tensors: Vec::new(), metadata: BTreeMap::new(), visits: 0 };
+    let mut walk = Walk {
+        unpickled: &unpickled,
+        tensors: Vec::new(),
+        metadata: BTreeMap::new(),
+        visits: 0,
+        budget: TextBudget::new(MAX_METADATA_BYTES),
+    };
     if !matches!(unpickled.root, Value::Dict(_)) {
         return Err(refuse(TorchProblem::NotADict));
     }
@@ -162,11 +169,17 @@ pub(crate) fn read(path: &Path) -> Result<Checkpoint> {
 const MAX_VISITS: usize = 1 << 20;
 
 /// Collects the tensors and plain values of the tree by dict path.
+///
+/// The memo lets a pickle name one value any number of times at the cost of a few bytes each,
+/// while every visit here makes a path and, for a plain value, its text. So the paths and texts
+/// kept are counted against [`MAX_METADATA_BYTES`]: memory follows what the checkpoint holds,
+/// never how often it refers to it.
 struct Walk<'a> {
     unpickled: &'a Unpickled,
     tensors: Vec<(String, Rc<TensorRecord>)>,
     metadata: BTreeMap<String, String>,
     visits: usize,
+    budget: TextBudget,
 }
 
 fn join(prefix: &str, key: &str) -> String {
@@ -181,7 +194,10 @@ impl Walk<'_> {
         }
         let unpickled = self.unpickled;
         match value {
-            Value::Tensor(record) => self.tensors.push((name.to_string(), record.clone())),
+            Value::Tensor(record) => {
+                self.take(name, 0)?;
+                self.tensors.push((name.to_string(), record.clone()));
+            }
             Value::Dict(id) => {
                 let Container::Dict(pairs) = &unpickled.containers[*id] else { return Ok(()) };
                 for (key, item) in pairs {
@@ -204,19 +220,36 @@ impl Walk<'_> {
                     self.value(item, &join(name, &at.to_string()), depth + 1)?;
                 }
             }
-            Value::Int(value) => self.plain(name, value.to_string()),
-            Value::Float(value) => self.plain(name, format!("{value:?}")),
-            Value::Bool(value) => self.plain(name, value.to_string()),
-            Value::Str(value) => self.plain(name, value.to_string()),
+            Value::Int(value) => self.plain(name, || value.to_string(), 20)?,
+            Value::Float(value) => self.plain(name, || format!("{value:?}"), 24)?,
+            Value::Bool(value) => self.plain(name, || value.to_string(), 5)?,
+            Value::Str(value) => self.plain(name, || value.to_string(), value.len())?,
             Value::None | Value::Global(_) | Value::Storage(_) | Value::Bytes(_) => {}
         }
         Ok(())
     }
 
-    fn plain(&mut self, name: &str, text: String) {
+    /// Counts an entry named `name` holding `text` bytes, before anything is made for it.
+    fn take(&mut self, name: &str, text: usize) -> std::result::Result<(), TorchProblem> {
+        self.budget.take_entry(name.len().saturating_add(text)).map_err(|asked| TorchProblem::TooMuchText {
+            name: name.to_string(),
+            asked,
+            limit: self.budget.limit,
+        })
+    }
+
+    /// Keeps a plain value as text; `len` is at least the length of that text.
+    fn plain(
+        &mut self,
+        name: &str,
+        text: impl FnOnce() -> String,
+        len: usize,
+    ) -> std::result::Result<(), TorchProblem> {
         if !name.is_empty() {
-            self.metadata.insert(name.to_string(), text);
+            self.take(name, len)?;
+            self.metadata.insert(name.to_string(), text());
         }
+        Ok(())
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use nnx::{Archive, DType, SaveOptions};
+use nnx::{Archive, DType, SaveOptions, TensorError};
 
 use crate::{CliError, progress_bar};
 
@@ -18,6 +18,9 @@ pub struct Options {
     pub max_shard_bytes: Option<u64>,
     /// Keep only the entries named this or under it (`PREFIX.*`), names kept whole.
     pub select: Option<String>,
+    /// Write entries whose layout repeats their stored elements past
+    /// [`nnx::Tensor::expansion_limit`]; without it they are refused before anything is copied.
+    pub allow_expansion: bool,
 }
 
 /// Parses a size: plain bytes (`1000000`) or a number with a unit, decimal (`KB`, `MB`, `GB`,
@@ -78,6 +81,19 @@ fn target(output: &Path, sharded: bool) -> Result<PathBuf, CliError> {
     Ok(output.join("model.safetensors"))
 }
 
+/// A failure to copy entry `name` of `input`, saying what to do.
+fn entry_error(input: &Path, name: &str, error: &TensorError) -> CliError {
+    let input = input.display();
+    CliError(match error {
+        TensorError::Expansion { shape, bytes, stored, limit, .. } => format!(
+            "cannot convert `{name}` of `{input}`: its layout (shape {shape:?}) repeats the {stored} bytes it is stored in into {bytes} bytes, over the limit of {limit} bytes ({} times the stored bytes plus {} MiB), as no saved weight does: if the copy is meant, pass `--allow-expansion`",
+            nnx::Tensor::EXPANSION_FACTOR,
+            nnx::Tensor::EXPANSION_ALLOWANCE >> 20
+        ),
+        error => format!("cannot convert `{name}` of `{input}`: {error}"),
+    })
+}
+
 /// Runs the command; returns the summary line.
 pub fn run(input: &Path, output: &Path, options: &Options) -> Result<String, CliError> {
     let mut archive = Archive::open(input)?;
@@ -97,11 +113,18 @@ pub fn run(input: &Path, output: &Path, options: &Options) -> Result<String, Cli
     for name in &names {
         let info = archive.info(name)?;
         bar.set_message(name.clone());
-        let tensor = archive.try_get(name)?;
+        let refuse = |error: TensorError| entry_error(input, name, &error);
+        let mut tensor = archive.try_get(name)?;
+        if let Err(error) = tensor.check_expansion(tensor.expansion_limit()) {
+            if !options.allow_expansion {
+                return Err(refuse(error));
+            }
+            tensor = tensor.contiguous_within(usize::MAX).map_err(refuse)?;
+        }
         let tensor = match options.dtype {
             Some(dtype) if info.dtype.is_castable_float() && info.dtype != dtype => {
                 cast += 1;
-                tensor.to_dtype(dtype)?
+                tensor.to_dtype(dtype).map_err(refuse)?
             }
             _ => tensor,
         };

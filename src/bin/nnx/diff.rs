@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use nnx::text::printable;
 use nnx::{Archive, DType, EntryInfo, Tensor};
 
 use crate::CliError;
@@ -46,7 +47,7 @@ fn values(tensor: &Tensor) -> nnx::Result<Values> {
         DType::I32 => integers::<i32>(tensor)?,
         DType::U64 => integers::<u64>(tensor)?,
         DType::I64 => integers::<i64>(tensor)?,
-        dtype => Values::Bytes { dtype, bytes: tensor.contiguous().to_bytes()?.into_owned() },
+        dtype => Values::Bytes { dtype, bytes: tensor.to_bytes()?.into_owned() },
     })
 }
 
@@ -193,10 +194,24 @@ fn render_text(report: &Report, a_path: &Path, b_path: &Path) -> String {
     let mut out = format!("A: {}\nB: {}\n", a_path.display(), b_path.display());
     let mut rows: Vec<Vec<String>> = Vec::new();
     for name in &report.only_in_a {
-        rows.push(vec![name.clone(), "only in A".into(), String::new(), String::new(), String::new(), String::new()]);
+        rows.push(vec![
+            printable(name).into_owned(),
+            "only in A".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ]);
     }
     for name in &report.only_in_b {
-        rows.push(vec![name.clone(), "only in B".into(), String::new(), String::new(), String::new(), String::new()]);
+        rows.push(vec![
+            printable(name).into_owned(),
+            "only in B".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ]);
     }
     for common in report.common.iter().filter(|common| common.layout_differs() || common.values_differ()) {
         let what = match (common.a.dtype != common.b.dtype, common.a.shape != common.b.shape, common.values_differ()) {
@@ -212,7 +227,14 @@ fn render_text(report: &Report, a_path: &Path, b_path: &Path) -> String {
             ),
             None => (String::new(), String::new()),
         };
-        rows.push(vec![common.name.clone(), what.into(), layout(&common.a), layout(&common.b), max, differing]);
+        rows.push(vec![
+            printable(&common.name).into_owned(),
+            what.into(),
+            layout(&common.a),
+            layout(&common.b),
+            max,
+            differing,
+        ]);
     }
     if !rows.is_empty() {
         let header = ["name", "difference", "A", "B", "max |a-b|", "differing"];

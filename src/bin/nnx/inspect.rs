@@ -1,6 +1,9 @@
 //! `nnx inspect PATH [--json]`: names, dtypes, shapes, bytes, offsets, metadata and totals of
-//! a SafeTensors file, shard index or folder, from headers alone.
+//! a SafeTensors file, shard index or folder, from headers alone. Names and metadata come from
+//! the file and are printed escaped ([`nnx::text::printable`]); the JSON form escapes them as
+//! JSON does.
 
+use nnx::text::printable;
 use nnx::{Archive, EntryInfo};
 
 /// Lists what `path` holds, as a table or one JSON object.
@@ -15,7 +18,8 @@ pub fn run(path: &std::path::Path, json: bool) -> nnx::Result<String> {
     if !archive.metadata().is_empty() {
         out.push_str("metadata:\n");
         for (key, value) in archive.metadata() {
-            out.push_str(&format!("  {key} = {value}\n"));
+            // Metadata is the file's own text: escaped, so that it cannot act on the terminal.
+            out.push_str(&format!("  {} = {}\n", printable(key), printable(value)));
         }
     }
     let sharded = entries.iter().any(|entry| entry.location.as_ref().is_some_and(|l| l.path != path));
@@ -25,12 +29,16 @@ pub fn run(path: &std::path::Path, json: bool) -> nnx::Result<String> {
             let (offsets, file) = match &entry.location {
                 Some(location) => (
                     format!("[{}, {}]", location.data_offsets.0, location.data_offsets.1),
-                    location.path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default(),
+                    location
+                        .path
+                        .file_name()
+                        .map(|name| printable(&name.to_string_lossy()).into_owned())
+                        .unwrap_or_default(),
                 ),
                 None => (String::new(), String::new()),
             };
             [
-                entry.name.clone(),
+                printable(&entry.name).into_owned(),
                 entry.dtype.to_string(),
                 format!("{:?}", entry.shape),
                 entry.bytes.to_string(),

@@ -87,6 +87,11 @@ enum Command {
         /// Keep only the entries named PREFIX or PREFIX.*; their names are kept whole.
         #[arg(long, value_name = "PREFIX")]
         select: Option<String>,
+        /// Write entries whose layout repeats their stored elements (a zero stride) into more
+        /// than 16 times their stored bytes plus 64 MiB; such entries are refused by default,
+        /// since a file of a few bytes can describe gigabytes that way.
+        #[arg(long)]
+        allow_expansion: bool,
     },
     /// Compare the tensors of two checkpoints of any format: names only in one, dtype or shape
     /// differences, and the largest difference and the count of differing elements of the
@@ -167,6 +172,24 @@ pub fn progress_bar(total: u64, unit: &str) -> ProgressBar {
     bar
 }
 
+/// Prints `error` as the one `error:` line: its lines joined, and every control character
+/// escaped, since messages quote names, metadata and server replies that came from outside.
+fn print_error(error: &CliError) {
+    eprintln!("error: {}", nnx::text::printable(&error.to_string().replace('\n', "; ")));
+}
+
+/// A command's output with control characters escaped line by line: the commands escape what
+/// they quote from files, and this keeps any text they missed from acting on the terminal.
+fn printable_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (line, newline) = line.strip_suffix('\n').map_or((line, ""), |line| (line, "\n"));
+        out.push_str(&nnx::text::printable(line));
+        out.push_str(newline);
+    }
+    out
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -189,12 +212,13 @@ fn main() -> ExitCode {
             local(input).and_then(|input| dequantize::run(&input, &output, dtype))
         }
         Command::Download { repo, revision, include } => download::run(&repo, revision.as_deref(), &include),
-        Command::Convert { input, output, dtype, page_align, max_shard_size, select } => {
+        Command::Convert { input, output, dtype, page_align, max_shard_size, select, allow_expansion } => {
             let options = convert::Options {
                 dtype: dtype.map(dequantize::FloatType::dtype),
                 page_align,
                 max_shard_bytes: max_shard_size,
                 select,
+                allow_expansion,
             };
             local(input).and_then(|input| convert::run(&input, &output, &options))
         }
@@ -202,11 +226,11 @@ fn main() -> ExitCode {
             let inputs = local(a).and_then(|a| Ok((a, local(b)?)));
             return match inputs.and_then(|(a, b)| diff::run(&a, &b, json, atol)) {
                 Ok((text, equal)) => {
-                    print!("{text}");
+                    print!("{}", printable_lines(&text));
                     ExitCode::from(if equal { 0 } else { 1 })
                 }
                 Err(error) => {
-                    eprintln!("error: {}", error.to_string().replace('\n', "; "));
+                    print_error(&error);
                     ExitCode::from(2)
                 }
             };
@@ -214,11 +238,11 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(text) => {
-            print!("{text}");
+            print!("{}", printable_lines(&text));
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("error: {}", error.to_string().replace('\n', "; "));
+            print_error(&error);
             ExitCode::from(1)
         }
     }
