@@ -16,6 +16,12 @@ if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 && command -v apt-
     echo "could not install mesa-vulkan-drivers libvulkan1: the GPU tests skip without an adapter (and fail under CI)" >&2
   fi
 fi
+# The hostile-input tests measure each run's peak memory with GNU time (`/usr/bin/time`).
+if [ ! -x /usr/bin/time ] && command -v apt-get >/dev/null; then
+  echo "installing GNU time"
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  $sudo apt-get install -y -q time >/dev/null || echo "could not install GNU time: peak memory figures are upper bounds" >&2
+fi
 # CI type-checks the Apple code (Metal, no-copy buffers) by building for Apple silicon.
 if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx aarch64-apple-darwin; then
   rustup target add aarch64-apple-darwin

@@ -16,9 +16,6 @@ use crate::{
 
 /// The configuration file of a pretrained folder.
 const CONFIG_FILE: &str = "config.json";
-/// The largest `config.json` read: configurations are a few kilobytes, and the file is parsed
-/// into a JSON tree several times its size, so a larger one is refused before it is read.
-const MAX_CONFIG_BYTES: u64 = 16 << 20;
 /// The model card of a pretrained folder.
 const CARD_FILE: &str = "README.md";
 /// The weights file of a pretrained folder (or the stem of its shards).
@@ -823,32 +820,10 @@ fn exchange(_: &Path, _: &Path) -> std::io::Result<bool> {
 
 // Loading.
 
-/// The text of the configuration file at `path`, at most [`MAX_CONFIG_BYTES`].
-fn read_config(path: &Path) -> Result<String> {
-    use std::io::Read;
-    let io = |source| Error::Io { action: "read", path: path.to_path_buf(), source };
-    let too_large = |bytes| Error::Config {
-        path: path.to_path_buf(),
-        problem: ConfigProblem::TooLarge { bytes, limit: MAX_CONFIG_BYTES },
-    };
-    let file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    if len > MAX_CONFIG_BYTES {
-        return Err(too_large(len));
-    }
-    // The file may grow after its size was read: the read stops past the limit whatever it is.
-    let mut text = String::new();
-    file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text).map_err(io)?;
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(too_large(text.len() as u64));
-    }
-    Ok(text)
-}
-
 fn load<M: Pretrained>(dir: &Path) -> Result<M> {
     restore_aside(dir)?;
     let path = dir.join(CONFIG_FILE);
-    let text = read_config(&path)?;
+    let text = nnx_io::config::read_text(&path)?;
     let raw: serde_json::Value = serde_json::from_str(&text).map_err(|error| Error::Config {
         path: path.clone(),
         problem: ConfigProblem::NotJson { message: error.to_string() },

@@ -47,6 +47,17 @@ enum Located<'a> {
 }
 
 impl Located<'_> {
+    /// The file the entry lies in, for errors about its data; `origin` (the archive's name,
+    /// quoted) for tensors held in memory, such as those of a PyTorch checkpoint.
+    fn path(&self, origin: &str) -> PathBuf {
+        match self {
+            Located::Tensor(_) => PathBuf::from(origin.trim_matches('`')),
+            Located::File(file, _) => file.path.clone(),
+            #[cfg(feature = "remote")]
+            Located::Remote(file, _) => file.url.clone(),
+        }
+    }
+
     fn spec(&self) -> (DType, &[usize]) {
         match self {
             Located::Tensor(tensor) => (tensor.dtype(), tensor.shape()),
@@ -638,7 +649,8 @@ impl Archive {
     ///
     /// # Errors
     /// [`Error::NoEntry`], [`Error::NotFloat`] for non-float entries or targets,
-    /// [`Error::EntryMismatch`] for another shape.
+    /// [`Error::EntryMismatch`] for another shape, [`Error::Data`] when the cast would
+    /// materialize a view past its expansion limit.
     pub fn float(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
         let located = self.require(name)?;
         let (found_dtype, found_shape) = located.spec();
@@ -649,7 +661,13 @@ impl Archive {
         if found_shape != shape {
             return Err(self.mismatch(name, dtype, shape, found_dtype, found_shape));
         }
-        Ok(located.tensor()?.to_dtype(dtype)?)
+        // A view of a file (a stride-0 one, say) may describe far more values than the file
+        // stores: the cast refuses to materialize past its limit, and the error names the entry.
+        located.tensor()?.to_dtype(dtype).map_err(|source| Error::Data {
+            path: located.path(&self.origin),
+            name: name.to_string(),
+            source: Box::new(source),
+        })
     }
 
     fn mismatch(&self, name: &str, dtype: DType, shape: &[usize], found_dtype: DType, found_shape: &[usize]) -> Error {
@@ -806,7 +824,8 @@ impl Archive {
                     entry.end - entry.begin
                 }
             };
-            items.push(WriteItem { name, dtype, shape: shape.to_vec(), bytes, source });
+            let path = source.path(&self.origin);
+            items.push(WriteItem { name, dtype, shape: shape.to_vec(), bytes, source, path });
         }
         Ok(items)
     }
@@ -819,13 +838,19 @@ pub(crate) struct WriteItem<'a> {
     pub(crate) shape: Vec<usize>,
     pub(crate) bytes: usize,
     source: Located<'a>,
+    /// The file the entry comes from, named when its data cannot be had.
+    path: PathBuf,
 }
 
 impl<'a> WriteItem<'a> {
     /// The entry's packed bytes: borrowed from the mapping or a contiguous tensor.
     pub(crate) fn data(&self) -> Result<Cow<'a, [u8]>> {
         match self.source {
-            Located::Tensor(tensor) => Ok(tensor.to_bytes()?),
+            Located::Tensor(tensor) => tensor.to_bytes().map_err(|source| Error::Data {
+                path: self.path.clone(),
+                name: self.name.to_string(),
+                source: Box::new(source),
+            }),
             Located::File(file, at) => Ok(Cow::Borrowed(file.entry_bytes(at))),
             #[cfg(feature = "remote")]
             Located::Remote(file, at) => Ok(Cow::Owned(file.entry_bytes(at)?.to_vec())),

@@ -269,7 +269,7 @@ impl QuantizedFolder {
         }
         let config_path = dir.join("config.json");
         let config = if config_path.is_file() {
-            let text = std::fs::read_to_string(&config_path).map_err(Error::io("read", &config_path))?;
+            let text = crate::config::read_text(&config_path)?;
             Some(serde_json::from_str(&text).map_err(|error| Error::Config {
                 path: config_path.clone(),
                 problem: ConfigProblem::NotJson { message: error.to_string() },

@@ -55,7 +55,8 @@ impl Archive {
     ///
     /// # Errors
     /// [`Error::Unsavable`] for meta tensors (checked before anything is written),
-    /// [`Error::Io`] when writing fails (the target is then untouched).
+    /// [`Error::Data`] for an entry whose values cannot be materialized (a view past its
+    /// expansion limit), [`Error::Io`] when writing fails (the target is then untouched).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         self.save_with(path, &SaveOptions::default())
     }

@@ -112,10 +112,10 @@ struct FileSettings {
 impl FileSettings {
     /// The settings of `path`; `None` when the file does not exist.
     fn read(path: &Path) -> Result<Option<FileSettings>> {
-        let text = match std::fs::read_to_string(path) {
+        let text = match nnx_io::config::read_text(path) {
             Ok(text) => text,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(Error::Io { action: "read", path: path.to_path_buf(), source }),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(error),
         };
         let value: serde_json::Value = serde_json::from_str(&text).map_err(|error| Error::Config {
             path: path.to_path_buf(),

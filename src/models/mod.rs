@@ -99,11 +99,7 @@ pub(crate) fn read_config<T: serde::de::DeserializeOwned>(
     path: &Path,
     check: impl FnOnce(&T, &Path) -> crate::Result<()>,
 ) -> crate::Result<T> {
-    let text = std::fs::read_to_string(path).map_err(|source| crate::Error::Io {
-        action: "read",
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = nnx_io::config::read_text(path)?;
     let config = serde_json::from_str(&text).map_err(|error| crate::Error::Config {
         path: path.to_path_buf(),
         problem: crate::ConfigProblem::NotModelConfig { message: error.to_string() },

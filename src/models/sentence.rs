@@ -41,7 +41,7 @@ impl SentenceEncoder {
         let folder = folder.as_ref().to_path_buf();
         let config = BertConfig::from_file(folder.join("config.json"))?;
         let sentence_config = folder.join("sentence_bert_config.json");
-        let max_length = match std::fs::read_to_string(&sentence_config) {
+        let max_length = match nnx_io::config::read_text(&sentence_config) {
             Ok(text) => {
                 let max_length = serde_json::from_str::<SentenceBertConfig>(&text)
                     .map_err(|error| Error::Config {
@@ -52,7 +52,10 @@ impl SentenceEncoder {
                 super::Checks::new(&sentence_config).positive("max_seq_length", max_length)?;
                 max_length
             }
-            Err(_) => config.max_position_embeddings,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                config.max_position_embeddings
+            }
+            Err(error) => return Err(error),
         };
         let tokenizer_path = folder.join("tokenizer.json");
         let text_error = |source| Error::Tokenizer { path: tokenizer_path.clone(), source };

@@ -261,6 +261,14 @@ fn hostile_files_a_stride_zero_view_is_inspected_but_not_converted() {
     assert!(tensor.reshape(&[1 << 32, 2]).is_err());
     let small = tensor.narrow(0, 0, 1000).unwrap();
     assert_eq!(small.to_vec::<f32>().unwrap(), vec![1.0; 1000]);
+
+    // Through the archive, the error names the file and the entry.
+    let cast = archive.float("w", nnx::DType::BF16, &[1 << 33]);
+    let Err(Error::Data { path: named, name, source }) = cast else { panic!("a data error: {cast:?}") };
+    assert_eq!((named.as_path(), name.as_str()), (path.as_path(), "w"));
+    assert!(matches!(*source, nnx::TensorError::Expansion { .. }), "{source}");
+    let saved = archive.save(dir.path().join("copy.safetensors"));
+    assert!(matches!(&saved, Err(Error::Data { name, .. }) if name == "w"), "{saved:?}");
 }
 
 #[test]
