@@ -8,7 +8,8 @@ use crate::Tensor;
 use crate::error::Result;
 use crate::storage::Storage;
 
-mod sealed {
+/// Only nnx's devices implement [`Device`]: each device module implements this for its type.
+pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
@@ -91,9 +92,6 @@ impl DeviceStorage for HostStorage {
         matches!(self.0, Storage::Meta)
     }
 }
-
-#[cfg(feature = "gpu")]
-impl sealed::Sealed for crate::gpu::Gpu {}
 
 /// A tensor on the device `D`: what an operation on a `Tensor<D>` takes as its other operands,
 /// so that mixing devices is refused when the program compiles, with a message that says how to

@@ -16,6 +16,7 @@ mod module;
 pub mod nn;
 mod ops;
 pub mod quant;
+mod shape;
 mod state;
 mod storage;
 mod table;

@@ -553,6 +553,62 @@ where
     }
 }
 
+/// The layers prepared for the fused CPU kernels: the kernels take tensors, the layers give
+/// theirs here, so that the kernels never depend on the layers.
+#[cfg(feature = "kernels")]
+impl crate::fused::FusedLinear {
+    /// Prepares `layer`.
+    ///
+    /// # Errors
+    /// As [`FusedLinear::concat`](crate::fused::FusedLinear::concat).
+    pub fn new(layer: &Linear) -> crate::Result<crate::fused::FusedLinear> {
+        crate::fused::FusedLinear::concat(&[layer])
+    }
+
+    /// One layer computing the outputs of `layers`, side by side, from the same input: the
+    /// query, key and value projections of attention become one product with three times the
+    /// outputs. A layer without a bias contributes zeros to the concatenated bias.
+    ///
+    /// # Errors
+    /// [`Error::Concat`](crate::Error::Concat) for no layers, [`Error::BadShape`](crate::Error::BadShape)
+    /// for a weight that is not rank 2, [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when the
+    /// layers' `in_features` differ or a bias is not `[out_features]`,
+    /// [`Error::NotFloat`](crate::Error::NotFloat), [`Error::Meta`](crate::Error::Meta).
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::fused::{Epilogue, FusedLinear};
+    /// use nnx_core::nn::{Init, Linear};
+    /// let (q, k) = (Linear::builder(4, 2).init(Init::Seeded(1)).build(), Linear::builder(4, 3).init(Init::Seeded(2)).build());
+    /// let both = FusedLinear::concat(&[&q, &k])?;
+    /// let x = [0.5f32, -1.0, 2.0, 0.0];
+    /// let mut out = [0.0f32; 5];
+    /// both.forward_into(&x, &mut out, Epilogue::Bias);
+    /// let input = nnx_core::Tensor::from_vec(x.to_vec(), &[1, 4])?;
+    /// let expected = q.forward(&input)?.to_vec::<f32>()?;
+    /// assert!(out[..2].iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-6));
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn concat(layers: &[&Linear]) -> crate::Result<crate::fused::FusedLinear> {
+        let parts: Vec<(&Tensor, Option<&Tensor>)> =
+            layers.iter().map(|layer| (&layer.weight, layer.bias.as_ref())).collect();
+        crate::fused::FusedLinear::from_layers(&parts)
+    }
+}
+
+#[cfg(feature = "kernels")]
+impl crate::fused::FusedLayerNorm {
+    /// Prepares `norm`.
+    ///
+    /// # Errors
+    /// [`Error::BadShape`](crate::Error::BadShape) for a weight that is not rank 1,
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) for a bias of another shape,
+    /// [`Error::NotFloat`](crate::Error::NotFloat), [`Error::Meta`](crate::Error::Meta).
+    pub fn new(norm: &LayerNorm) -> crate::Result<crate::fused::FusedLayerNorm> {
+        crate::fused::FusedLayerNorm::from_parts(&norm.weight, norm.bias.as_ref(), norm.eps)
+    }
+}
+
 #[cfg(feature = "kernels")]
 #[cfg(test)]
 mod forward_tests {

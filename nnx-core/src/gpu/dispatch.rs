@@ -38,8 +38,9 @@ pub(crate) struct Launch<'a> {
     pub(crate) key: &'static str,
     pub(crate) source: &'static str,
     pub(crate) entry: &'static str,
-    /// The uniform parameters (binding 0), as 32-bit words.
-    pub(crate) params: &'a [u32],
+    /// The uniform parameters (binding 0): the bytes of the kernel's parameter block (see
+    /// `launch::Uniform`).
+    pub(crate) params: &'a [u8],
     /// Storage buffers, bindings 1.. in order.
     pub(crate) buffers: &'a [Binding<'a>],
     /// Invocations needed; the grid covers them with [`WORKGROUP`]-wide groups.
@@ -85,10 +86,9 @@ impl Gpu {
         let pipeline = self.pipeline(launch.key, launch.source, launch.entry)?;
         // Every launch is built valid; should one not be, it is an error here, not wgpu's panic.
         let scope = self.device().push_error_scope(wgpu::ErrorFilter::Validation);
-        // Uniform blocks are read in 16-byte rows.
-        let mut words = launch.params.to_vec();
-        words.resize(words.len().div_ceil(4).max(1) * 4, 0);
-        let bytes: Vec<u8> = words.iter().flat_map(|word| word.to_le_bytes()).collect();
+        // Uniform blocks are read in 16-byte rows: the block is padded with zeros to whole rows.
+        let mut bytes = launch.params.to_vec();
+        bytes.resize(bytes.len().div_ceil(16).max(1) * 16, 0);
         let uniform = self.device().create_buffer(&wgpu::BufferDescriptor {
             label: Some(launch.key),
             size: bytes.len() as u64,

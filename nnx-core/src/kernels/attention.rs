@@ -5,133 +5,19 @@ use rayon::prelude::*;
 
 use super::matmul::{Matrix, product};
 use super::norm::softmax_row;
-use super::{Dense, PARALLEL_ELEMENTS, check_float, f32_tensor, f32_values};
-use crate::error::{Error, Result};
-use crate::{DType, Device, Tensor};
-
-/// Checks an embedding lookup (on any device) and returns the width of the table's rows.
-pub(crate) fn check_embedding<D: Device>(weight: &Tensor<D>, ids: &[u32]) -> Result<usize> {
-    const OP: &str = "embedding";
-    check_float(weight, OP)?;
-    let &[rows, dim] = weight.shape() else {
-        return Err(Error::BadShape { op: OP, expected: "[vocab, dim]", shape: weight.shape().to_vec() });
-    };
-    if let Some((position, &id)) = ids.iter().enumerate().find(|&(_, &id)| id as usize >= rows) {
-        return Err(Error::IndexOutOfRange { op: OP, id: id as usize, position, rows, shape: weight.shape().to_vec() });
-    }
-    Ok(dim)
-}
-
-/// Checks a rotary embedding's input (on any device) and returns its `head_dim`.
-pub(crate) fn check_rotary<D: Device>(x: &Tensor<D>, positions: &[usize]) -> Result<usize> {
-    const OP: &str = "rotary";
-    check_float(x, OP)?;
-    let &[_, _, seq, head_dim] = x.shape() else {
-        return Err(Error::BadShape { op: OP, expected: "[batch, heads, seq, head_dim]", shape: x.shape().to_vec() });
-    };
-    if !head_dim.is_multiple_of(2) {
-        return Err(Error::BadShape {
-            op: OP,
-            expected: "[batch, heads, seq, head_dim] with an even head_dim",
-            shape: x.shape().to_vec(),
-        });
-    }
-    if positions.len() != seq {
-        return Err(Error::LengthMismatch {
-            op: OP,
-            what: "positions (one per sequence index)",
-            expected: seq,
-            found: positions.len(),
-            shape: x.shape().to_vec(),
-        });
-    }
-    Ok(head_dim)
-}
-
-/// The cosines and sines of rotary embedding, `[positions.len(), head_dim / 2]` each, computed
-/// in f32 as transformers does (shared by the devices, so they rotate by the same angles).
-pub(crate) fn rotary_tables(positions: &[usize], head_dim: usize, theta: f32) -> (Vec<f32>, Vec<f32>) {
-    let half = head_dim / 2;
-    let inverse_frequencies: Vec<f32> = (0..half).map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32)).collect();
-    let mut cos = Vec::with_capacity(positions.len() * half);
-    let mut sin = Vec::with_capacity(positions.len() * half);
-    for &position in positions {
-        for &frequency in &inverse_frequencies {
-            let angle = position as f32 * frequency;
-            cos.push(angle.cos());
-            sin.push(angle.sin());
-        }
-    }
-    (cos, sin)
-}
-
-/// The sizes of a checked attention call.
-pub(crate) struct AttentionShape {
-    pub(crate) batch: usize,
-    pub(crate) heads: usize,
-    pub(crate) kv_heads: usize,
-    pub(crate) seq_q: usize,
-    pub(crate) seq_k: usize,
-    pub(crate) d: usize,
-    pub(crate) d_v: usize,
-}
-
-/// Checks the operands of attention (on any device) and returns their sizes.
-pub(crate) fn check_attention<D: Device>(
-    q: &Tensor<D>,
-    k: &Tensor<D>,
-    v: &Tensor<D>,
-    key_mask: Option<&[bool]>,
-) -> Result<AttentionShape> {
-    const OP: &str = "attention";
-    for tensor in [q, k, v] {
-        check_float(tensor, OP)?;
-        if tensor.rank() != 4 {
-            return Err(Error::BadShape {
-                op: OP,
-                expected: "[batch, heads, seq, head_dim]",
-                shape: tensor.shape().to_vec(),
-            });
-        }
-    }
-    let (batch, heads, seq_q, d) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
-    let (kv_heads, seq_k, d_v) = (k.shape()[1], k.shape()[2], v.shape()[3]);
-    let mismatch = |lhs: &Tensor<D>, rhs: &Tensor<D>, reason| Error::ShapeMismatch {
-        op: OP,
-        lhs: lhs.shape().to_vec(),
-        rhs: rhs.shape().to_vec(),
-        reason,
-    };
-    if k.shape()[0] != batch || k.shape()[3] != d {
-        return Err(mismatch(q, k, "`q` and `k` must agree in batch and head_dim"));
-    }
-    if v.shape()[..3] != k.shape()[..3] {
-        return Err(mismatch(k, v, "`k` and `v` must agree in batch, kv_heads and seq"));
-    }
-    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-        return Err(mismatch(q, k, "the kv_heads of `k` must divide the heads of `q`"));
-    }
-    if let Some(mask) = key_mask
-        && mask.len() != batch * seq_k
-    {
-        return Err(Error::LengthMismatch {
-            op: OP,
-            what: "key_mask entries (batch * seq_k)",
-            expected: batch * seq_k,
-            found: mask.len(),
-            shape: k.shape().to_vec(),
-        });
-    }
-    Ok(AttentionShape { batch, heads, kv_heads, seq_q, seq_k, d, d_v })
-}
+use super::{Dense, PARALLEL_ELEMENTS, f32_tensor, f32_values};
+use crate::error::Result;
+use crate::shape::{AttentionShape, check_attention, check_embedding, check_rotary, rotary_tables};
+use crate::{DType, Tensor};
 
 impl Tensor {
     /// The rows `ids` of an embedding table `weight` `[vocab, dim]`, as `[ids.len(), dim]`
     /// f32. Only the rows asked for are read (and converted, for a half-precision table).
     ///
     /// # Errors
-    /// [`Error::BadShape`] unless `weight` has rank 2, [`Error::IndexOutOfRange`] naming the
-    /// first id past the table, [`Error::NotFloat`], [`Error::Meta`].
+    /// [`Error::BadShape`](crate::Error::BadShape) unless `weight` has rank 2,
+    /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange) naming the first id past the
+    /// table, [`Error::NotFloat`](crate::Error::NotFloat), [`Error::Meta`](crate::Error::Meta).
     ///
     /// # Examples
     /// ```
@@ -168,9 +54,9 @@ impl Tensor {
     /// frequencies, angles, cosines and sines are computed in f32 as transformers does.
     ///
     /// # Errors
-    /// [`Error::BadShape`] unless `x` has rank 4 and an even `head_dim`,
-    /// [`Error::LengthMismatch`] when `positions` does not have `seq` entries,
-    /// [`Error::NotFloat`], [`Error::Meta`].
+    /// [`Error::BadShape`](crate::Error::BadShape) unless `x` has rank 4 and an even `head_dim`,
+    /// [`Error::LengthMismatch`](crate::Error::LengthMismatch) when `positions` does not have `seq`
+    /// entries, [`Error::NotFloat`](crate::Error::NotFloat), [`Error::Meta`](crate::Error::Meta).
     ///
     /// # Examples
     /// ```
@@ -222,9 +108,11 @@ impl Tensor {
     /// their strides, so permuted `[batch, seq, heads, d]` views need no copy.
     ///
     /// # Errors
-    /// [`Error::BadShape`] unless all three have rank 4, [`Error::ShapeMismatch`] when their
-    /// sizes disagree or `kv_heads` does not divide `heads`, [`Error::LengthMismatch`] for a
-    /// `key_mask` of the wrong length, [`Error::NotFloat`], [`Error::Meta`].
+    /// [`Error::BadShape`](crate::Error::BadShape) unless all three have rank 4,
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when their sizes disagree or
+    /// `kv_heads` does not divide `heads`, [`Error::LengthMismatch`](crate::Error::LengthMismatch)
+    /// for a `key_mask` of the wrong length, [`Error::NotFloat`](crate::Error::NotFloat),
+    /// [`Error::Meta`](crate::Error::Meta).
     ///
     /// # Examples
     /// ```
@@ -292,6 +180,7 @@ impl Tensor {
 mod tests {
     use super::super::testing::{assert_close, cast, random};
     use super::*;
+    use crate::Error;
 
     fn f64s(tensor: &Tensor) -> Vec<f64> {
         tensor.contiguous().to_f32_vec().unwrap().into_iter().map(f64::from).collect()

@@ -1,51 +1,12 @@
 //! Writing into preallocated tensors, for key/value caches: a decoding step writes its new rows
 //! after the cached ones instead of concatenating, which would copy the whole cache every token.
 
-use super::{Dense, check_float, strided_offset};
+use super::{Dense, strided_offset};
 use crate::device::HostStorage;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::shape::{check_new_zeros, check_write_slice};
 use crate::storage::Storage;
-use crate::{DType, Device, Tensor};
-
-/// Checks a `write_slice` (on any device): an f32 destination with data, `values` of the same
-/// rank agreeing on every axis but `axis`, and room for them from `start`.
-pub(crate) fn check_write_slice<D: Device>(
-    destination: &Tensor<D>,
-    axis: usize,
-    start: usize,
-    values: &Tensor<D>,
-) -> Result<()> {
-    const OP: &str = "write_slice";
-    check_float(values, OP)?;
-    check_float(destination, OP)?;
-    if destination.dtype() != DType::F32 {
-        return Err(Error::DTypeMismatch { expected: DType::F32, found: destination.dtype() });
-    }
-    let shape = destination.shape();
-    if axis >= shape.len() {
-        return Err(Error::AxisOutOfRange { axis, rank: shape.len(), shape: shape.to_vec() });
-    }
-    let agree = values.rank() == shape.len()
-        && values.shape().iter().zip(shape).enumerate().all(|(at, (found, size))| at == axis || found == size);
-    if !agree {
-        return Err(Error::ShapeMismatch {
-            op: OP,
-            lhs: shape.to_vec(),
-            rhs: values.shape().to_vec(),
-            reason: "the values must have the destination's rank and sizes on every axis but the one written along",
-        });
-    }
-    let len = values.shape()[axis];
-    if start.checked_add(len).is_none_or(|end| end > shape[axis]) {
-        return Err(Error::NarrowOutOfRange { axis, start, len, size: shape[axis], shape: shape.to_vec() });
-    }
-    Ok(())
-}
-
-/// The shape of zeros made by `new_zeros` (on any device), checked to be addressable as f32.
-pub(crate) fn check_new_zeros(shape: &[usize]) -> Result<usize> {
-    crate::tensor::element_count(DType::F32, shape)
-}
+use crate::{DType, Tensor};
 
 impl Tensor {
     /// A tensor of f32 zeros of `shape` on this tensor's device (the host here): how code
@@ -53,7 +14,7 @@ impl Tensor {
     /// key/value cache.
     ///
     /// # Errors
-    /// [`Error::TooLarge`] when `shape` cannot be addressed.
+    /// [`Error::TooLarge`](crate::Error::TooLarge) when `shape` cannot be addressed.
     pub fn new_zeros(&self, shape: &[usize]) -> Result<Tensor> {
         check_new_zeros(shape)?;
         Ok(Tensor::zeros(DType::F32, shape))
@@ -68,9 +29,11 @@ impl Tensor {
     /// so that no clone or view ever sees the change.
     ///
     /// # Errors
-    /// [`Error::DTypeMismatch`] unless `self` is f32, [`Error::AxisOutOfRange`],
-    /// [`Error::ShapeMismatch`] when the other axes disagree, [`Error::NarrowOutOfRange`] when
-    /// the values do not fit from `start`, [`Error::NotFloat`], [`Error::Meta`].
+    /// [`Error::DTypeMismatch`](crate::Error::DTypeMismatch) unless `self` is f32,
+    /// [`Error::AxisOutOfRange`](crate::Error::AxisOutOfRange),
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when the other axes disagree,
+    /// [`Error::NarrowOutOfRange`](crate::Error::NarrowOutOfRange) when the values do not fit from
+    /// `start`, [`Error::NotFloat`](crate::Error::NotFloat), [`Error::Meta`](crate::Error::Meta).
     ///
     /// # Examples
     /// ```
@@ -115,6 +78,7 @@ impl Tensor {
 mod tests {
     use super::super::testing::{cast, random};
     use super::*;
+    use crate::Error;
 
     #[test]
     fn writes_land_in_place_along_any_axis() {

@@ -2,10 +2,11 @@
 
 use rayon::prelude::*;
 
-use super::{Dense, PARALLEL_ELEMENTS, broadcast_strides, check_broadcast, f32_tensor, f32_values, strided_offset};
+use super::{Dense, PARALLEL_ELEMENTS, f32_tensor, f32_values, strided_offset};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
+use crate::shape::{broadcast_strides, check_broadcast};
 use crate::{Host, OnDevice, Tensor};
 
 /// `sqrt(2 / pi)`, the scale inside GPT-2's tanh approximation of GELU.
@@ -194,7 +195,7 @@ mod tests {
     use super::*;
     use crate::DType;
     use crate::error::Error;
-    use crate::kernels::broadcast_shape;
+    use crate::shape::broadcast_shape;
 
     /// `f(a, b)` over numpy-broadcast operands, computed index by index in f64.
     fn reference(a: &Tensor, b: &Tensor, f: impl Fn(f64, f64) -> f64) -> Vec<f64> {

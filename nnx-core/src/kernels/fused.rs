@@ -17,9 +17,10 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::matmul::Matrix;
-use super::{Dense, check_float, check_parameter, f32_values};
+use super::{Dense, f32_values};
+use crate::Tensor;
 use crate::error::{ConcatProblem, Error, Result};
-use crate::nn::{LayerNorm, Linear};
+use crate::shape::{check_float, check_parameter};
 
 /// Rows per block of a fused linear layer: a block of a 1536-wide output stays in a 2 MiB cache
 /// while its epilogue runs, and `gemm` packs its operands once per block.
@@ -71,46 +72,16 @@ impl std::fmt::Debug for FusedLinear {
 }
 
 impl FusedLinear {
-    /// Prepares `layer`.
-    ///
-    /// # Errors
-    /// As [`FusedLinear::concat`].
-    pub fn new(layer: &Linear) -> Result<FusedLinear> {
-        FusedLinear::concat(&[layer])
-    }
-
-    /// One layer computing the outputs of `layers`, side by side, from the same input: the
-    /// query, key and value projections of attention become one product with three times the
-    /// outputs. A layer without a bias contributes zeros to the concatenated bias.
-    ///
-    /// # Errors
-    /// [`Error::Concat`] for no layers, [`Error::BadShape`] for a weight that is not rank 2,
-    /// [`Error::ShapeMismatch`] when the layers' `in_features` differ or a bias is not
-    /// `[out_features]`, [`Error::NotFloat`], [`Error::Meta`].
-    ///
-    /// # Examples
-    /// ```
-    /// use nnx_core::fused::{Epilogue, FusedLinear};
-    /// use nnx_core::nn::{Init, Linear};
-    /// let (q, k) = (Linear::builder(4, 2).init(Init::Seeded(1)).build(), Linear::builder(4, 3).init(Init::Seeded(2)).build());
-    /// let both = FusedLinear::concat(&[&q, &k])?;
-    /// let x = [0.5f32, -1.0, 2.0, 0.0];
-    /// let mut out = [0.0f32; 5];
-    /// both.forward_into(&x, &mut out, Epilogue::Bias);
-    /// let input = nnx_core::Tensor::from_vec(x.to_vec(), &[1, 4])?;
-    /// let expected = q.forward(&input)?.to_vec::<f32>()?;
-    /// assert!(out[..2].iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-6));
-    /// # Ok::<(), nnx_core::Error>(())
-    /// ```
-    pub fn concat(layers: &[&Linear]) -> Result<FusedLinear> {
+    /// The layer computing the outputs of the linear layers `(weight, bias)`, side by side: what
+    /// [`FusedLinear::concat`] builds from [`crate::nn::Linear`]s.
+    pub(crate) fn from_layers(layers: &[(&Tensor, Option<&Tensor>)]) -> Result<FusedLinear> {
         const OP: &str = "fused_linear";
-        let Some(first) = layers.first() else {
+        let Some(&(first, _)) = layers.first() else {
             return Err(Error::Concat { problem: ConcatProblem::Empty });
         };
         let mut weights = Vec::with_capacity(layers.len());
         let mut bias = Vec::new();
-        for layer in layers {
-            let weight = &layer.weight;
+        for &(weight, layer_bias) in layers {
             check_float(weight, OP)?;
             if weight.rank() != 2 {
                 return Err(Error::BadShape {
@@ -119,23 +90,23 @@ impl FusedLinear {
                     shape: weight.shape().to_vec(),
                 });
             }
-            if weight.shape()[1] != first.weight.shape()[1] {
+            if weight.shape()[1] != first.shape()[1] {
                 return Err(Error::ShapeMismatch {
                     op: OP,
-                    lhs: first.weight.shape().to_vec(),
+                    lhs: first.shape().to_vec(),
                     rhs: weight.shape().to_vec(),
                     reason: "the layers must have the same `in_features`",
                 });
             }
             let out_features = weight.shape()[0];
-            check_parameter(layer.bias.as_ref(), out_features, weight, OP, "the bias must be `[out_features]`")?;
-            match &layer.bias {
+            check_parameter(layer_bias, out_features, weight, OP, "the bias must be `[out_features]`")?;
+            match layer_bias {
                 Some(values) => bias.extend(f32_values(values, OP)?),
                 None => bias.resize(bias.len() + out_features, 0.0),
             }
             weights.push(Dense::new(weight, OP)?);
         }
-        let (in_features, out_features) = (first.weight.shape()[1], bias.len());
+        let (in_features, out_features) = (first.shape()[1], bias.len());
         let mut transposed = vec![0.0f32; in_features * out_features];
         let mut column = 0;
         for weight in &weights {
@@ -210,22 +181,19 @@ pub struct FusedLayerNorm {
 }
 
 impl FusedLayerNorm {
-    /// Prepares `norm`.
-    ///
-    /// # Errors
-    /// [`Error::BadShape`] for a weight that is not rank 1, [`Error::ShapeMismatch`] for a bias
-    /// of another shape, [`Error::NotFloat`], [`Error::Meta`].
-    pub fn new(norm: &LayerNorm) -> Result<FusedLayerNorm> {
+    /// The layer norm of `weight`, `bias` and `eps`: what [`FusedLayerNorm::new`] builds from a
+    /// [`crate::nn::LayerNorm`].
+    pub(crate) fn from_parts(weight: &Tensor, bias: Option<&Tensor>, eps: f32) -> Result<FusedLayerNorm> {
         const OP: &str = "fused_layer_norm";
-        let &[width] = norm.weight.shape() else {
-            return Err(Error::BadShape { op: OP, expected: "[dim]", shape: norm.weight.shape().to_vec() });
+        let &[width] = weight.shape() else {
+            return Err(Error::BadShape { op: OP, expected: "[dim]", shape: weight.shape().to_vec() });
         };
-        check_parameter(norm.bias.as_ref(), width, &norm.weight, OP, "the bias must be `[dim]` like the weight")?;
-        let bias = match &norm.bias {
+        check_parameter(bias, width, weight, OP, "the bias must be `[dim]` like the weight")?;
+        let bias = match bias {
             Some(bias) => f32_values(bias, OP)?,
             None => vec![0.0; width],
         };
-        Ok(FusedLayerNorm { weight: f32_values(&norm.weight, OP)?, bias, eps: norm.eps })
+        Ok(FusedLayerNorm { weight: f32_values(weight, OP)?, bias, eps })
     }
 
     /// The width of the rows it normalises.
@@ -667,8 +635,7 @@ fn gelu(x: f32) -> f32 {
 mod tests {
     use super::super::testing::{assert_close, random, values};
     use super::*;
-    use crate::Tensor;
-    use crate::nn::Init;
+    use crate::nn::{Init, LayerNorm, Linear};
 
     fn f64s(values: &[f32]) -> Vec<f64> {
         values.iter().map(|&x| f64::from(x)).collect()

@@ -3,9 +3,10 @@
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::{Dense, broadcast_shape, check_float, check_parameter, f32_tensor, f32_values, parameter, strided_offset};
-use crate::error::{Error, Result};
-use crate::{Device, Host, OnDevice, Tensor};
+use super::{Dense, f32_tensor, f32_values, parameter, strided_offset};
+use crate::error::Result;
+use crate::shape::{MatmulShape, broadcast_strides, check_linear, check_matmul, rows_fold};
+use crate::{Host, OnDevice, Tensor};
 
 /// One matrix operand of a product: where it starts in its block and its row and column strides.
 #[derive(Clone, Copy)]
@@ -70,87 +71,6 @@ pub(crate) fn product(lhs: Matrix<'_>, rhs: Matrix<'_>, m: usize, k: usize, n: u
     }
 }
 
-/// Whether the leading axes of `shape` (all but the last) fold into one axis of stride
-/// `strides[rank - 2]`, so a stack of matrices is one tall matrix.
-pub(crate) fn rows_fold(shape: &[usize], strides: &[usize]) -> bool {
-    // Axes of size 1 are never stepped along, whatever their stride.
-    let axes: Vec<(usize, usize)> = shape[..shape.len() - 1]
-        .iter()
-        .zip(strides)
-        .filter(|(size, _)| **size != 1)
-        .map(|(&size, &stride)| (size, stride))
-        .collect();
-    axes.windows(2).all(|pair| pair[0].1 == pair[1].0 * pair[1].1)
-}
-
-/// The sizes of a checked matrix product: the broadcast batch axes and `m × k · k × n`.
-pub(crate) struct MatmulShape {
-    pub(crate) batch: Vec<usize>,
-    pub(crate) m: usize,
-    pub(crate) k: usize,
-    pub(crate) n: usize,
-}
-
-/// Checks the operands of `matmul` (on any device) and returns the product's sizes.
-pub(crate) fn check_matmul<D: Device>(lhs: &Tensor<D>, rhs: &Tensor<D>) -> Result<MatmulShape> {
-    const OP: &str = "matmul";
-    check_float(lhs, OP)?;
-    check_float(rhs, OP)?;
-    for operand in [lhs, rhs] {
-        if operand.rank() < 2 {
-            return Err(Error::BadShape {
-                op: OP,
-                expected: "[.., rows, columns] (rank 2 or more)",
-                shape: operand.shape().to_vec(),
-            });
-        }
-    }
-    let (left_rank, right_rank) = (lhs.rank(), rhs.rank());
-    let (m, k) = (lhs.shape()[left_rank - 2], lhs.shape()[left_rank - 1]);
-    let (inner, n) = (rhs.shape()[right_rank - 2], rhs.shape()[right_rank - 1]);
-    let mismatch =
-        |reason| Error::ShapeMismatch { op: OP, lhs: lhs.shape().to_vec(), rhs: rhs.shape().to_vec(), reason };
-    if inner != k {
-        return Err(mismatch("the last axis of the left operand must equal the second-to-last of the right"));
-    }
-    let Some(batch) = broadcast_shape(&lhs.shape()[..left_rank - 2], &rhs.shape()[..right_rank - 2]) else {
-        return Err(mismatch("the batch axes (all but the last two) do not broadcast"));
-    };
-    Ok(MatmulShape { batch, m, k, n })
-}
-
-/// Checks the operands of `linear` (on any device) and returns `(in_features, out_features)`.
-pub(crate) fn check_linear<D: Device>(
-    x: &Tensor<D>,
-    weight: &Tensor<D>,
-    bias: Option<&Tensor<D>>,
-) -> Result<(usize, usize)> {
-    const OP: &str = "linear";
-    check_float(x, OP)?;
-    check_float(weight, OP)?;
-    if weight.rank() != 2 {
-        return Err(Error::BadShape {
-            op: OP,
-            expected: "[out_features, in_features]",
-            shape: weight.shape().to_vec(),
-        });
-    }
-    let Some(&width) = x.shape().last() else {
-        return Err(Error::BadShape { op: OP, expected: "[.., in_features] (rank 1 or more)", shape: vec![] });
-    };
-    let (out_features, in_features) = (weight.shape()[0], weight.shape()[1]);
-    if width != in_features {
-        return Err(Error::ShapeMismatch {
-            op: OP,
-            lhs: x.shape().to_vec(),
-            rhs: weight.shape().to_vec(),
-            reason: "the last axis of the input must equal the second axis of the `[out, in]` weight",
-        });
-    }
-    check_parameter(bias, out_features, weight, OP, "the bias must be `[out_features]`")?;
-    Ok((width, out_features))
-}
-
 impl Tensor {
     /// The matrix product over the last two axes: `[.., m, k] x [.., k, n] -> [.., m, n]`, with
     /// the leading (batch) axes broadcast by numpy's rules.
@@ -160,9 +80,10 @@ impl Tensor {
     /// is split across threads; a batch of products runs its matrices in parallel.
     ///
     /// # Errors
-    /// [`Error::BadShape`] when an operand has rank below 2, [`Error::ShapeMismatch`] when the
-    /// inner sizes differ or the batch axes do not broadcast, [`Error::NotFloat`],
-    /// [`Error::Meta`].
+    /// [`Error::BadShape`](crate::Error::BadShape) when an operand has rank below 2,
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when the inner sizes differ or the
+    /// batch axes do not broadcast, [`Error::NotFloat`](crate::Error::NotFloat),
+    /// [`Error::Meta`](crate::Error::Meta).
     ///
     /// # Examples
     /// ```
@@ -210,10 +131,8 @@ impl Tensor {
         }
 
         let batches: usize = batch.iter().product();
-        let left_batch =
-            super::broadcast_strides(&self.shape()[..left_rank - 2], &left.strides()[..left_rank - 2], &batch);
-        let right_batch =
-            super::broadcast_strides(&rhs.shape()[..right_rank - 2], &right_strides[..right_rank - 2], &batch);
+        let left_batch = broadcast_strides(&self.shape()[..left_rank - 2], &left.strides()[..left_rank - 2], &batch);
+        let right_batch = broadcast_strides(&rhs.shape()[..right_rank - 2], &right_strides[..right_rank - 2], &batch);
         let run = |index: usize, dst: &mut [f32], threads: usize| {
             let left_matrix = Matrix {
                 data: left.data(),
@@ -243,9 +162,9 @@ impl Tensor {
     /// strides; its transpose is never built.
     ///
     /// # Errors
-    /// [`Error::BadShape`] for a weight that is not rank 2 or an `x` of rank 0,
-    /// [`Error::ShapeMismatch`] when the widths or the bias disagree, [`Error::NotFloat`],
-    /// [`Error::Meta`].
+    /// [`Error::BadShape`](crate::Error::BadShape) for a weight that is not rank 2 or an `x` of
+    /// rank 0, [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when the widths or the bias
+    /// disagree, [`Error::NotFloat`](crate::Error::NotFloat), [`Error::Meta`](crate::Error::Meta).
     ///
     /// # Examples
     /// ```
@@ -296,6 +215,7 @@ mod tests {
     use super::super::testing::{assert_close, cast, random};
     use super::*;
     use crate::DType;
+    use crate::Error;
 
     /// The product of row-major f64 matrices, `[batch, m, k] x [batch, k, n]`.
     fn reference(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -> Vec<f64> {

@@ -24,17 +24,11 @@ mod matmul;
 #[cfg(feature = "kernels")]
 mod norm;
 
-#[cfg(feature = "gpu")]
-pub(crate) use attention::{AttentionShape, check_attention, check_embedding, check_rotary, rotary_tables};
-#[cfg(feature = "gpu")]
-pub(crate) use cache::{check_new_zeros, check_write_slice};
-#[cfg(feature = "gpu")]
-pub(crate) use matmul::{MatmulShape, check_linear, check_matmul, rows_fold};
-#[cfg(feature = "gpu")]
-pub(crate) use norm::check_mean_pool;
-
-use crate::error::{Error, Result};
-use crate::{DType, Device, Tensor};
+use crate::error::Result;
+#[cfg(feature = "kernels")]
+use crate::shape::check_parameter;
+use crate::shape::{check_argmax, check_float};
+use crate::{DType, Tensor};
 
 /// Element count above which a kernel splits its rows across threads.
 #[cfg(feature = "kernels")]
@@ -100,18 +94,6 @@ impl Dense {
     }
 }
 
-/// Refuses meta tensors and tensors that are not f16, bf16, f32 or f64 (on any device: the GPU
-/// kernels check their operands with the same helpers as the CPU ones).
-pub(crate) fn check_float<D: Device>(tensor: &Tensor<D>, op: &'static str) -> Result<()> {
-    if !tensor.dtype().is_castable_float() {
-        return Err(Error::NotFloat { op, dtype: tensor.dtype() });
-    }
-    if tensor.is_meta() {
-        return Err(Error::Meta { op });
-    }
-    Ok(())
-}
-
 /// The values of a float tensor as f32, row-major, in a fresh vector.
 pub(crate) fn f32_values(tensor: &Tensor, op: &'static str) -> Result<Vec<f32>> {
     check_float(tensor, op)?;
@@ -139,37 +121,6 @@ pub(crate) fn f32_tensor(values: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
     Tensor::from_shared(std::sync::Arc::new(OwnedValues(values)), 0, len, DType::F32, shape)
 }
 
-/// The shape two shapes broadcast to under numpy's rules, or `None` when they do not.
-#[cfg(feature = "kernels")]
-pub(crate) fn broadcast_shape(lhs: &[usize], rhs: &[usize]) -> Option<Vec<usize>> {
-    let rank = lhs.len().max(rhs.len());
-    let mut shape = vec![0; rank];
-    for (axis, size) in shape.iter_mut().enumerate() {
-        let a = (axis + lhs.len()).checked_sub(rank).map_or(1, |at| lhs[at]);
-        let b = (axis + rhs.len()).checked_sub(rank).map_or(1, |at| rhs[at]);
-        *size = match (a, b) {
-            (a, b) if a == b => a,
-            (1, b) => b,
-            (a, 1) => a,
-            _ => return None,
-        };
-    }
-    Some(shape)
-}
-
-/// The strides that read an operand of `shape` and `strides` as if it had the broadcast shape
-/// `to`: missing leading axes and axes of size 1 that grow get stride 0.
-#[cfg(feature = "kernels")]
-pub(crate) fn broadcast_strides(shape: &[usize], strides: &[usize], to: &[usize]) -> Vec<usize> {
-    let lead = to.len() - shape.len();
-    (0..to.len())
-        .map(|axis| match axis.checked_sub(lead) {
-            Some(at) if shape[at] == to[axis] => strides[at],
-            _ => 0,
-        })
-        .collect()
-}
-
 /// The offset of the element at flat row-major index `flat` of `shape`, through `strides`.
 #[cfg(feature = "kernels")]
 pub(crate) fn strided_offset(mut flat: usize, shape: &[usize], strides: &[usize]) -> usize {
@@ -181,15 +132,6 @@ pub(crate) fn strided_offset(mut flat: usize, shape: &[usize], strides: &[usize]
         }
     }
     at
-}
-
-/// The size of the last axis, refusing rank 0 for `op`.
-pub(crate) fn last_axis(shape: &[usize], op: &'static str) -> Result<usize> {
-    shape.last().copied().ok_or_else(|| Error::BadShape {
-        op,
-        expected: "[.., dim] (rank 1 or more)",
-        shape: shape.to_vec(),
-    })
 }
 
 /// The values of a rank-1 parameter (`weight`, `bias`) of `width` elements, as f32.
@@ -205,51 +147,12 @@ pub(crate) fn parameter(
     tensor.map(|tensor| f32_values(tensor, op)).transpose()
 }
 
-/// Checks a rank-1 parameter (`weight`, `bias`) of `width` elements beside `input`.
-#[cfg(feature = "kernels")]
-pub(crate) fn check_parameter<D: Device>(
-    tensor: Option<&Tensor<D>>,
-    width: usize,
-    input: &Tensor<D>,
-    op: &'static str,
-    reason: &'static str,
-) -> Result<()> {
-    let Some(tensor) = tensor else { return Ok(()) };
-    if tensor.shape() != [width] {
-        return Err(Error::ShapeMismatch { op, lhs: input.shape().to_vec(), rhs: tensor.shape().to_vec(), reason });
-    }
-    check_float(tensor, op)
-}
-
-/// Checks the operands of an elementwise `op` and returns the shape they broadcast to.
-#[cfg(feature = "kernels")]
-pub(crate) fn check_broadcast<D: Device>(lhs: &Tensor<D>, rhs: &Tensor<D>, op: &'static str) -> Result<Vec<usize>> {
-    check_float(lhs, op)?;
-    check_float(rhs, op)?;
-    broadcast_shape(lhs.shape(), rhs.shape()).ok_or_else(|| Error::ShapeMismatch {
-        op,
-        lhs: lhs.shape().to_vec(),
-        rhs: rhs.shape().to_vec(),
-        reason: "each axis (counted from the last) must be equal or 1 in one of them",
-    })
-}
-
-/// Checks the input of `argmax_last` and returns the width of its rows.
-pub(crate) fn check_argmax<D: Device>(tensor: &Tensor<D>) -> Result<usize> {
-    const OP: &str = "argmax_last";
-    let width = last_axis(tensor.shape(), OP)?;
-    if width == 0 {
-        return Err(Error::BadShape { op: OP, expected: "[.., dim] with dim > 0", shape: tensor.shape().to_vec() });
-    }
-    Ok(width)
-}
-
 impl Tensor {
     /// The values as f32, row-major, whatever the float dtype.
     ///
     /// # Errors
-    /// [`Error::NotFloat`] for a dtype other than f16, bf16, f32 and f64; [`Error::Meta`] for a
-    /// meta tensor.
+    /// [`Error::NotFloat`](crate::Error::NotFloat) for a dtype other than f16, bf16, f32 and f64;
+    /// [`Error::Meta`](crate::Error::Meta) for a meta tensor.
     ///
     /// # Examples
     /// ```
@@ -266,8 +169,8 @@ impl Tensor {
     /// ties).
     ///
     /// # Errors
-    /// [`Error::BadShape`] for rank 0 or an empty last axis; [`Error::NotFloat`],
-    /// [`Error::Meta`].
+    /// [`Error::BadShape`](crate::Error::BadShape) for rank 0 or an empty last axis;
+    /// [`Error::NotFloat`](crate::Error::NotFloat), [`Error::Meta`](crate::Error::Meta).
     ///
     /// # Examples
     /// ```
@@ -337,6 +240,7 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::random;
     use super::*;
+    use crate::Error;
 
     #[test]
     fn dense_reads_transposes_in_place() {
@@ -373,14 +277,6 @@ mod tests {
         for (flat, &value) in expected.iter().enumerate() {
             assert_eq!(dense.data()[strided_offset(flat, dense.shape(), dense.strides())], value);
         }
-    }
-
-    #[test]
-    fn broadcasting_follows_numpy() {
-        assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1]), Some(vec![2, 4, 3]));
-        assert_eq!(broadcast_shape(&[], &[5]), Some(vec![5]));
-        assert_eq!(broadcast_shape(&[2, 3], &[3, 3]), None);
-        assert_eq!(broadcast_strides(&[4, 1], &[1, 1], &[2, 4, 3]), [0, 1, 0]);
     }
 
     #[test]

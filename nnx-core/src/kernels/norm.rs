@@ -2,9 +2,10 @@
 
 use rayon::prelude::*;
 
-use super::{PARALLEL_ELEMENTS, f32_tensor, f32_values, last_axis, parameter};
+use super::{PARALLEL_ELEMENTS, f32_tensor, f32_values, parameter};
+use crate::Tensor;
 use crate::error::{Error, Result};
-use crate::{Device, Tensor};
+use crate::shape::{check_mean_pool, last_axis};
 
 /// Applies `f` to each row of `width` values, on all cores when there are many values.
 fn for_each_row(values: &mut [f32], width: usize, f: impl Fn(&mut [f32]) + Sync + Send) {
@@ -33,24 +34,6 @@ pub(crate) fn softmax_row(row: &mut [f32]) {
     }
     let inverse = 1.0 / sum;
     row.iter_mut().for_each(|value| *value *= inverse);
-}
-
-/// Checks the shape of mean pooling's input and mask (on any device): `[batch, seq, dim]`.
-pub(crate) fn check_mean_pool<D: Device>(x: &Tensor<D>, mask: &[bool]) -> Result<[usize; 3]> {
-    const OP: &str = "mean_pool";
-    let &[batch, seq, dim] = x.shape() else {
-        return Err(Error::BadShape { op: OP, expected: "[batch, seq, dim]", shape: x.shape().to_vec() });
-    };
-    if mask.len() != batch * seq {
-        return Err(Error::LengthMismatch {
-            op: OP,
-            what: "mask entries (batch * seq)",
-            expected: batch * seq,
-            found: mask.len(),
-            shape: x.shape().to_vec(),
-        });
-    }
-    Ok([batch, seq, dim])
 }
 
 impl Tensor {

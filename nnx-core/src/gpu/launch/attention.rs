@@ -3,13 +3,14 @@
 //! masked softmax (`attention.wgsl`), and the in-place writes of key/value caches
 //! (`cache.wgsl`). `embedding` and `attention` are reached through [`Compute`](crate::Compute).
 
-use super::Gpu;
 use super::matmul::{Destination, Operand, product};
-use super::params::{
-    axes, collapse, count, kernel_source, kind, launch, output, reach, same_device, step, storage, upload, word,
+use super::{
+    Axes, axes, collapse, count, kernel_source, kind, launch, output, reach, same_device, step, storage, uniform,
+    upload, word,
 };
 use crate::error::Result;
-use crate::kernels::{
+use crate::gpu::Gpu;
+use crate::shape::{
     AttentionShape, check_attention, check_embedding, check_new_zeros, check_rotary, check_write_slice, rotary_tables,
 };
 use crate::{DType, Tensor};
@@ -18,6 +19,67 @@ const EMBEDDING: &str = kernel_source!("embedding.wgsl");
 const ROTARY: &str = kernel_source!("rotary.wgsl");
 const ATTENTION: &str = kernel_source!("reduce.wgsl", "attention.wgsl");
 const CACHE: &str = kernel_source!("cache.wgsl");
+
+uniform! {
+    /// The parameters of `embedding.wgsl`.
+    struct EmbeddingParams {
+        count: u32,
+        dim: u32,
+        kind: u32,
+        offset: u32,
+        row_stride: u32,
+        column_stride: u32,
+        _pad0: u32,
+        _pad1: u32,
+    }
+}
+
+uniform! {
+    /// The parameters of `rotary.wgsl`: a `[batch, heads, seq, head_dim]` input.
+    struct RotaryParams {
+        pairs: u32,
+        half: u32,
+        kind: u32,
+        offset: u32,
+        shape: [u32; 4],
+        strides: [u32; 4],
+    }
+}
+
+uniform! {
+    /// The parameters of `attention.wgsl` (the masked softmax between the two products).
+    struct AttentionParams {
+        rows: u32,
+        seq_q: u32,
+        seq_k: u32,
+        /// Queries per batch element (`heads * seq_q`), to find a row's batch element.
+        per_batch: u32,
+        /// As f32 bits.
+        scale: u32,
+        causal: u32,
+        /// Query `i` sees keys `j <= i + shift` under the causal mask (`seq_k - seq_q`, as i32).
+        shift: u32,
+        has_mask: u32,
+    }
+}
+
+uniform! {
+    /// The parameters of `cache.wgsl`.
+    struct CacheParams {
+        count: u32,
+        rank: u32,
+        kind: u32,
+        source_offset: u32,
+        /// The destination's first written element.
+        destination_offset: u32,
+        padding_0: u32,
+        padding_1: u32,
+        padding_2: u32,
+        shape: Axes,
+        source_strides: Axes,
+        destination_strides: Axes,
+    }
+}
 
 impl Tensor<Gpu> {
     /// Rotary position embedding of `[batch, heads, seq, head_dim]` at `positions`, in Hugging
@@ -40,18 +102,17 @@ impl Tensor<Gpu> {
             let (cos, sin) = rotary_tables(positions, head_dim, theta);
             let table: Vec<u32> = cos.iter().chain(&sin).map(|value| value.to_bits()).collect();
             let table = upload(gpu, &table)?;
-            let (shape, strides) = (self.shape(), self.strides());
-            let mut params = vec![
-                word(gpu, OP, elements / 2)?,
-                word(gpu, OP, head_dim / 2)?,
-                kind(self, OP)?,
-                word(gpu, OP, self.offset())?,
-            ];
-            for &size in shape {
-                params.push(word(gpu, OP, size)?);
-            }
-            for (&size, &stride) in shape.iter().zip(strides) {
-                params.push(step(gpu, OP, size, stride)?);
+            let mut params = RotaryParams {
+                pairs: word(gpu, OP, elements / 2)?,
+                half: word(gpu, OP, head_dim / 2)?,
+                kind: kind(self, OP)?,
+                offset: word(gpu, OP, self.offset())?,
+                ..RotaryParams::default()
+            };
+            // `check_rotary` made the input rank 4.
+            for (axis, (&size, &stride)) in self.shape().iter().zip(self.strides()).enumerate() {
+                params.shape[axis] = word(gpu, OP, size)?;
+                params.strides[axis] = step(gpu, OP, size, stride)?;
             }
             let buffers = [storage(self, OP)?.into(), (&table).into(), (&out).into()];
             launch(gpu, "rotary", ROTARY, &params, &buffers, (elements / 2) as u64)?;
@@ -98,19 +159,17 @@ impl Tensor<Gpu> {
         reach(gpu, OP, self.offset(), self.shape(), self.strides())?;
         let first = self.offset() + start * self.strides()[axis];
         let (sizes, strides) = collapse(gpu, OP, values.shape(), &[values.strides(), self.strides()])?;
-        let mut params = vec![
-            word(gpu, OP, elements)?,
-            sizes.len() as u32,
-            kind(values, OP)?,
-            word(gpu, OP, values.offset())?,
-            word(gpu, OP, first)?,
-            0,
-            0,
-            0,
-        ];
-        params.extend(axes(gpu, OP, &sizes, 1)?);
-        params.extend(axes(gpu, OP, &strides[0], 0)?);
-        params.extend(axes(gpu, OP, &strides[1], 0)?);
+        let params = CacheParams {
+            count: word(gpu, OP, elements)?,
+            rank: sizes.len() as u32,
+            kind: kind(values, OP)?,
+            source_offset: word(gpu, OP, values.offset())?,
+            destination_offset: word(gpu, OP, first)?,
+            shape: axes(gpu, OP, &sizes, 1)?,
+            source_strides: axes(gpu, OP, &strides[0], 0)?,
+            destination_strides: axes(gpu, OP, &strides[1], 0)?,
+            ..CacheParams::default()
+        };
         let buffers = [storage(values, OP)?.into(), storage(self, OP)?.into()];
         launch(gpu, "write_slice", CACHE, &params, &buffers, elements as u64)
     }
@@ -162,16 +221,15 @@ pub(crate) fn embedding(weight: &Tensor<Gpu>, ids: &[u32]) -> Result<Tensor<Gpu>
     reach(gpu, OP, weight.offset(), weight.shape(), weight.strides())?;
     let out = output(gpu, elements)?;
     let ids = upload(gpu, ids)?;
-    let params = [
-        word(gpu, OP, elements)?,
-        word(gpu, OP, dim)?,
-        kind(weight, OP)?,
-        word(gpu, OP, weight.offset())?,
-        step(gpu, OP, weight.shape()[0], weight.strides()[0])?,
-        step(gpu, OP, dim, weight.strides()[1])?,
-        0,
-        0,
-    ];
+    let params = EmbeddingParams {
+        count: word(gpu, OP, elements)?,
+        dim: word(gpu, OP, dim)?,
+        kind: kind(weight, OP)?,
+        offset: word(gpu, OP, weight.offset())?,
+        row_stride: step(gpu, OP, weight.shape()[0], weight.strides()[0])?,
+        column_stride: step(gpu, OP, dim, weight.strides()[1])?,
+        ..EmbeddingParams::default()
+    };
     launch(gpu, "embedding", EMBEDDING, &params, &[table.into(), (&ids).into(), (&out).into()], elements as u64)?;
     Ok(gpu.tensor(Some(out), DType::F32, &shape))
 }
@@ -238,16 +296,16 @@ pub(crate) fn attention(
     let mask = upload(gpu, &words)?;
     // Query `i` sees keys `j <= i + shift`; both lengths fit 31 bits (checked as words).
     let shift = word(gpu, OP, seq_k)? as i32 - word(gpu, OP, seq_q)? as i32;
-    let params = [
-        word(gpu, OP, rows)?,
-        word(gpu, OP, seq_q)?,
-        word(gpu, OP, seq_k)?,
-        word(gpu, OP, heads * seq_q)?,
-        (1.0 / (d as f32).sqrt()).to_bits(),
-        u32::from(causal),
-        shift as u32,
-        u32::from(key_mask.is_some()),
-    ];
+    let params = AttentionParams {
+        rows: word(gpu, OP, rows)?,
+        seq_q: word(gpu, OP, seq_q)?,
+        seq_k: word(gpu, OP, seq_k)?,
+        per_batch: word(gpu, OP, heads * seq_q)?,
+        scale: (1.0 / (d as f32).sqrt()).to_bits(),
+        causal: u32::from(causal),
+        shift: shift as u32,
+        has_mask: u32::from(key_mask.is_some()),
+    };
     launch(gpu, "attention", ATTENTION, &params, &[(&scores).into(), (&mask).into()], rows as u64 * 256)?;
 
     let weights = Operand {
@@ -269,4 +327,13 @@ pub(crate) fn attention(
     let destination = Destination { buffer: &out, offset: 0, row: d_v };
     product(gpu, OP, weights, values, None, &batch_axes, [seq_q, seq_k, d_v], destination)?;
     Ok(gpu.tensor(Some(out), DType::F32, &shape))
+}
+
+#[cfg(test)]
+#[test]
+fn parameter_blocks_match_the_shaders() {
+    super::assert_layout::<EmbeddingParams>(EMBEDDING, "Params");
+    super::assert_layout::<RotaryParams>(ROTARY, "Params");
+    super::assert_layout::<AttentionParams>(ATTENTION, "Params");
+    super::assert_layout::<CacheParams>(CACHE, "Params");
 }

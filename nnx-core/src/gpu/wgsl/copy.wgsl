@@ -14,20 +14,9 @@ struct Params {
 @group(0) @binding(1) var<storage, read> words_in: array<u32>;
 @group(0) @binding(2) var<storage, read_write> words_out: array<u32>;
 
-fn axis(v: array<vec4<u32>, 2>, i: u32) -> u32 {
-    return v[i / 4u][i % 4u];
-}
-
 // The source element of output element `e`.
 fn source_of(e: u32) -> u32 {
-    var rest = e;
-    var at = params.offset;
-    for (var i = i32(params.rank) - 1; i >= 0; i--) {
-        let size = axis(params.shape, u32(i));
-        at += (rest % size) * axis(params.strides, u32(i));
-        rest /= size;
-    }
-    return at;
+    return strided_index(e, params.rank, params.offset, params.shape, params.strides);
 }
 
 // `bytes` bytes of element `s` of the source, in the low bits.
@@ -43,7 +32,7 @@ fn read_element(s: u32) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>,
         @builtin(local_invocation_index) local: u32) {
-    let w = (group.y * groups.x + group.x) * 256u + local;
+    let w = invocation(group, groups, local);
     if params.bytes == 8u {
         let e = w / 2u;
         if e >= params.count {

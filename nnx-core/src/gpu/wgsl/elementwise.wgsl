@@ -102,16 +102,10 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
     if e >= params.count {
         return;
     }
-    var rest = e;
-    var at_a = params.a_offset;
-    var at_b = params.b_offset;
-    for (var i = i32(params.rank) - 1; i >= 0; i--) {
-        let size = axis(params.shape, u32(i));
-        let index = rest % size;
-        rest /= size;
-        at_a += index * axis(params.a_strides, u32(i));
-        at_b += index * axis(params.b_strides, u32(i));
-    }
+    let offsets = vec2<u32>(params.a_offset, params.b_offset);
+    let at = strided_pair(e, params.rank, offsets, params.shape, params.a_strides, params.b_strides);
+    let at_a = at.x;
+    let at_b = at.y;
     let x = read_a(at_a);
     let scalar = bitcast<f32>(params.scalar);
     var y: f32;

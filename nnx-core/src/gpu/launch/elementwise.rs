@@ -2,16 +2,51 @@
 //! scalar arithmetic and activations, and float casts (`cast.wgsl`). Operands are read through
 //! their strides, so views and broadcasts cost no copy.
 
-use super::Gpu;
-use super::params::{
-    axes, collapse, count, float_kind, kernel_source, kind, launch, output, reach, same_device, storage, word,
+use super::{
+    Axes, axes, collapse, count, float_kind, kernel_source, kind, launch, output, reach, same_device, storage, uniform,
+    word,
 };
 use crate::error::{Error, Result};
-use crate::kernels::{broadcast_strides, check_broadcast, check_float};
+use crate::gpu::Gpu;
+use crate::shape::{broadcast_strides, check_broadcast, check_float};
 use crate::{DType, OnDevice, Tensor};
 
 const ELEMENTWISE: &str = kernel_source!("elementwise.wgsl");
 const CAST: &str = kernel_source!("cast.wgsl");
+
+uniform! {
+    /// The parameters of `elementwise.wgsl`.
+    struct ElementwiseParams {
+        count: u32,
+        rank: u32,
+        op: u32,
+        /// The scalar of `scale` and `add_scalar`, as f32 bits.
+        scalar: u32,
+        a_kind: u32,
+        a_offset: u32,
+        b_kind: u32,
+        b_offset: u32,
+        shape: Axes,
+        a_strides: Axes,
+        b_strides: Axes,
+    }
+}
+
+uniform! {
+    /// The parameters of `cast.wgsl`.
+    struct CastParams {
+        count: u32,
+        rank: u32,
+        in_kind: u32,
+        out_kind: u32,
+        offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+        shape: Axes,
+        strides: Axes,
+    }
+}
 
 /// The operations of `elementwise.wgsl`, by their code there.
 #[derive(Clone, Copy)]
@@ -49,19 +84,19 @@ fn run(
         reach(gpu, name, a.offset(), shape, a_strides)?;
         reach(gpu, name, b.offset(), shape, b_strides)?;
         let (sizes, strides) = collapse(gpu, name, shape, &[a_strides, b_strides])?;
-        let mut params = vec![
-            word(gpu, name, elements)?,
-            sizes.len() as u32,
-            op as u32,
-            scalar.to_bits(),
-            kind(a, name)?,
-            word(gpu, name, a.offset())?,
-            kind(b, name)?,
-            word(gpu, name, b.offset())?,
-        ];
-        params.extend(axes(gpu, name, &sizes, 1)?);
-        params.extend(axes(gpu, name, &strides[0], 0)?);
-        params.extend(axes(gpu, name, &strides[1], 0)?);
+        let params = ElementwiseParams {
+            count: word(gpu, name, elements)?,
+            rank: sizes.len() as u32,
+            op: op as u32,
+            scalar: scalar.to_bits(),
+            a_kind: kind(a, name)?,
+            a_offset: word(gpu, name, a.offset())?,
+            b_kind: kind(b, name)?,
+            b_offset: word(gpu, name, b.offset())?,
+            shape: axes(gpu, name, &sizes, 1)?,
+            a_strides: axes(gpu, name, &strides[0], 0)?,
+            b_strides: axes(gpu, name, &strides[1], 0)?,
+        };
         let buffers = [storage(a, name)?.into(), storage(b, name)?.into(), (&out).into()];
         launch(gpu, "elementwise", ELEMENTWISE, &params, &buffers, elements as u64)?;
     }
@@ -195,22 +230,27 @@ impl Tensor<Gpu> {
         if elements > 0 {
             reach(gpu, OP, self.offset(), self.shape(), self.strides())?;
             let (sizes, strides) = collapse(gpu, OP, self.shape(), &[self.strides()])?;
-            let mut params = vec![
-                word(gpu, OP, elements)?,
-                sizes.len() as u32,
-                kind(self, OP)?,
-                float_kind(dtype).ok_or(Error::NotCastable { from: self.dtype(), to: dtype })?,
-                word(gpu, OP, self.offset())?,
-                0,
-                0,
-                0,
-            ];
-            params.extend(axes(gpu, OP, &sizes, 1)?);
-            params.extend(axes(gpu, OP, &strides[0], 0)?);
+            let params = CastParams {
+                count: word(gpu, OP, elements)?,
+                rank: sizes.len() as u32,
+                in_kind: kind(self, OP)?,
+                out_kind: float_kind(dtype).ok_or(Error::NotCastable { from: self.dtype(), to: dtype })?,
+                offset: word(gpu, OP, self.offset())?,
+                shape: axes(gpu, OP, &sizes, 1)?,
+                strides: axes(gpu, OP, &strides[0], 0)?,
+                ..CastParams::default()
+            };
             // One invocation per output word of f16/bf16 pairs, per element otherwise.
             let units = if matches!(dtype, DType::F16 | DType::BF16) { elements.div_ceil(2) } else { elements };
             launch(gpu, "cast", CAST, &params, &[storage(self, OP)?.into(), (&out).into()], units as u64)?;
         }
         Ok(gpu.tensor(Some(out), dtype, self.shape()))
     }
+}
+
+#[cfg(test)]
+#[test]
+fn parameter_blocks_match_the_shaders() {
+    super::assert_layout::<ElementwiseParams>(ELEMENTWISE, "Params");
+    super::assert_layout::<CastParams>(CAST, "Params");
 }

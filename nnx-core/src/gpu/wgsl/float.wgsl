@@ -1,6 +1,6 @@
-// The prelude of every kernel (prepended to its source): how tensors' floats sit in 32-bit
-// words, conversions between them and f32 in integer arithmetic (so no `shader-f16` or `f64`
-// feature is needed), and the grid index.
+// The second part of every kernel's prelude (after `prelude.wgsl`): how tensors' floats sit in
+// 32-bit words, and conversions between them and f32 in integer arithmetic (so no `shader-f16`
+// or `f64` feature is needed).
 //
 // A tensor's bytes are stored exactly as on the host: f32 one per word, f16 and bf16 two per
 // word (element 2i in the low half), f64 one per two words (low word first). WGSL cannot pass
@@ -161,19 +161,4 @@ fn widen_f32(bits: u32) -> vec2<u32> {
         wide = 897u - shift;
     }
     return vec2<u32>(mantissa << 29u, sign | (wide << 20u) | (mantissa >> 3u));
-}
-
-// The flat index of this invocation in a grid of 256-wide workgroups folded into x and y.
-fn invocation(group: vec3<u32>, groups: vec3<u32>, local: u32) -> u32 {
-    return (group.y * groups.x + group.x) * 256u + local;
-}
-
-// The flat index of this workgroup.
-fn flat_group(group: vec3<u32>, groups: vec3<u32>) -> u32 {
-    return group.y * groups.x + group.x;
-}
-
-// Entry `i` of eight values packed in two vec4s (uniform arrays need 16-byte elements).
-fn axis(values: array<vec4<u32>, 2>, i: u32) -> u32 {
-    return values[i / 4u][i % 4u];
 }

@@ -1,17 +1,52 @@
 //! Row kernels on the GPU (`rows.wgsl`, one workgroup per row): softmax, layer and RMS
 //! normalisation, L2 normalisation; and mean pooling (`pool.wgsl`).
 
-use super::Gpu;
-use super::dispatch::Binding;
-use super::params::{
-    ABSENT, count, kernel_source, kind, launch, output, reach, same_device, step, storage, upload, word,
+use super::{
+    ABSENT, count, kernel_source, kind, launch, output, reach, same_device, step, storage, uniform, upload, word,
 };
 use crate::error::{Error, Result};
-use crate::kernels::{check_float, check_mean_pool, check_parameter, last_axis};
+use crate::gpu::Gpu;
+use crate::gpu::dispatch::Binding;
+use crate::shape::{check_float, check_mean_pool, check_parameter, last_axis};
 use crate::{DType, Tensor};
 
 const ROWS: &str = kernel_source!("reduce.wgsl", "rows.wgsl");
 const POOL: &str = kernel_source!("pool.wgsl");
+
+uniform! {
+    /// The parameters of `rows.wgsl`.
+    struct RowsParams {
+        rows: u32,
+        width: u32,
+        /// A [`RowOp`].
+        op: u32,
+        /// As f32 bits.
+        eps: u32,
+        x_kind: u32,
+        x_offset: u32,
+        /// [`ABSENT`] when there is no weight (bias).
+        weight_kind: u32,
+        weight_offset: u32,
+        weight_stride: u32,
+        bias_kind: u32,
+        bias_offset: u32,
+        bias_stride: u32,
+    }
+}
+
+uniform! {
+    /// The parameters of `pool.wgsl`.
+    struct PoolParams {
+        count: u32,
+        seq: u32,
+        dim: u32,
+        kind: u32,
+        offset: u32,
+        batch_stride: u32,
+        seq_stride: u32,
+        dim_stride: u32,
+    }
+}
 
 /// The operations of `rows.wgsl`, by their code there.
 #[derive(Clone, Copy)]
@@ -60,20 +95,20 @@ impl Tensor<Gpu> {
             let (weight_binding, weight_kind, weight_offset, weight_stride) = parameter(weight, buffer.into(), name)?;
             let (bias_binding, bias_kind, bias_offset, bias_stride) = parameter(bias, buffer.into(), name)?;
             let rows = elements / width;
-            let params = [
-                word(gpu, name, rows)?,
-                word(gpu, name, width)?,
-                op as u32,
-                eps.to_bits(),
-                kind(&x, name)?,
-                word(gpu, name, x.offset())?,
+            let params = RowsParams {
+                rows: word(gpu, name, rows)?,
+                width: word(gpu, name, width)?,
+                op: op as u32,
+                eps: eps.to_bits(),
+                x_kind: kind(&x, name)?,
+                x_offset: word(gpu, name, x.offset())?,
                 weight_kind,
-                word(gpu, name, weight_offset)?,
-                step(gpu, name, width, weight_stride)?,
+                weight_offset: word(gpu, name, weight_offset)?,
+                weight_stride: step(gpu, name, width, weight_stride)?,
                 bias_kind,
-                word(gpu, name, bias_offset)?,
-                step(gpu, name, width, bias_stride)?,
-            ];
+                bias_offset: word(gpu, name, bias_offset)?,
+                bias_stride: step(gpu, name, width, bias_stride)?,
+            };
             let buffers = [buffer.into(), weight_binding, bias_binding, (&out).into()];
             launch(gpu, "rows", ROWS, &params, &buffers, rows as u64 * 256)?;
         }
@@ -168,19 +203,26 @@ impl Tensor<Gpu> {
             let words: Vec<u32> = mask.iter().map(|&keep| u32::from(keep)).collect();
             let mask = upload(gpu, &words)?;
             let strides = self.strides();
-            let params = [
-                word(gpu, OP, elements)?,
-                word(gpu, OP, seq)?,
-                word(gpu, OP, dim)?,
-                kind(self, OP)?,
-                word(gpu, OP, self.offset())?,
-                step(gpu, OP, batch, strides[0])?,
-                step(gpu, OP, seq, strides[1])?,
-                step(gpu, OP, dim, strides[2])?,
-            ];
+            let params = PoolParams {
+                count: word(gpu, OP, elements)?,
+                seq: word(gpu, OP, seq)?,
+                dim: word(gpu, OP, dim)?,
+                kind: kind(self, OP)?,
+                offset: word(gpu, OP, self.offset())?,
+                batch_stride: step(gpu, OP, batch, strides[0])?,
+                seq_stride: step(gpu, OP, seq, strides[1])?,
+                dim_stride: step(gpu, OP, dim, strides[2])?,
+            };
             let buffers = [storage(self, OP)?.into(), (&mask).into(), (&out).into()];
             launch(gpu, "pool", POOL, &params, &buffers, elements as u64)?;
         }
         Ok(gpu.tensor(Some(out), DType::F32, &[batch, dim]))
     }
+}
+
+#[cfg(test)]
+#[test]
+fn parameter_blocks_match_the_shaders() {
+    super::assert_layout::<RowsParams>(ROWS, "Params");
+    super::assert_layout::<PoolParams>(POOL, "Params");
 }

@@ -3,16 +3,48 @@
 //! through their strides in their own dtype; a weight too large for one storage binding is
 //! multiplied a block of rows at a time.
 
-use super::Gpu;
-use super::dispatch::Binding;
-use super::params::{
-    ABSENT, MAX_AXES, axes, count, kernel_source, kind, launch, output, reach, same_device, step, storage, word,
+use super::{
+    ABSENT, Axes, MAX_AXES, axes, count, kernel_source, kind, launch, output, reach, same_device, step, storage,
+    uniform, word,
 };
 use crate::error::Result;
-use crate::kernels::{MatmulShape, broadcast_strides, check_linear, check_matmul, rows_fold};
+use crate::gpu::Gpu;
+use crate::gpu::dispatch::Binding;
+use crate::shape::{MatmulShape, broadcast_strides, check_linear, check_matmul, rows_fold};
 use crate::{DType, OnDevice, Tensor};
 
 const MATMUL: &str = kernel_source!("matmul.wgsl");
+
+uniform! {
+    /// The parameters of `matmul.wgsl`.
+    struct MatmulParams {
+        m: u32,
+        n: u32,
+        k: u32,
+        /// Products in the batch.
+        batches: u32,
+        a_kind: u32,
+        a_offset: u32,
+        a_row: u32,
+        a_column: u32,
+        b_kind: u32,
+        b_offset: u32,
+        b_row: u32,
+        b_column: u32,
+        /// [`ABSENT`] when there is no bias.
+        bias_kind: u32,
+        bias_offset: u32,
+        bias_stride: u32,
+        batch_rank: u32,
+        out_offset: u32,
+        out_row: u32,
+        out_batch: u32,
+        tiles_n: u32,
+        batch_shape: Axes,
+        a_batch: Axes,
+        b_batch: Axes,
+    }
+}
 
 /// The output tile of one workgroup is `TILE x TILE`.
 const TILE: usize = 64;
@@ -104,31 +136,31 @@ pub(crate) fn product(
         Some(bias) => (bias.binding, bias.kind, bias.offset, bias.stride),
         None => (a.binding, ABSENT, 0, 0),
     };
-    let mut params = vec![
-        word(gpu, op, m)?,
-        word(gpu, op, n)?,
-        word(gpu, op, k)?,
-        word(gpu, op, batches)?,
-        a.kind,
-        word(gpu, op, a.offset)?,
-        step(gpu, op, m, a.row)?,
-        step(gpu, op, k, a.column)?,
-        b.kind,
-        word(gpu, op, b.offset)?,
-        step(gpu, op, k, b.row)?,
-        step(gpu, op, n, b.column)?,
+    let params = MatmulParams {
+        m: word(gpu, op, m)?,
+        n: word(gpu, op, n)?,
+        k: word(gpu, op, k)?,
+        batches: word(gpu, op, batches)?,
+        a_kind: a.kind,
+        a_offset: word(gpu, op, a.offset)?,
+        a_row: step(gpu, op, m, a.row)?,
+        a_column: step(gpu, op, k, a.column)?,
+        b_kind: b.kind,
+        b_offset: word(gpu, op, b.offset)?,
+        b_row: step(gpu, op, k, b.row)?,
+        b_column: step(gpu, op, n, b.column)?,
         bias_kind,
-        word(gpu, op, bias_offset)?,
-        step(gpu, op, n, bias_stride)?,
-        shape.len() as u32,
-        word(gpu, op, out.offset)?,
-        word(gpu, op, out.row)?,
-        word(gpu, op, m * out.row)?,
-        word(gpu, op, tiles_n)?,
-    ];
-    params.extend(axes(gpu, op, &shape, 1)?);
-    params.extend(axes(gpu, op, &a_batch, 0)?);
-    params.extend(axes(gpu, op, &b_batch, 0)?);
+        bias_offset: word(gpu, op, bias_offset)?,
+        bias_stride: step(gpu, op, n, bias_stride)?,
+        batch_rank: shape.len() as u32,
+        out_offset: word(gpu, op, out.offset)?,
+        out_row: word(gpu, op, out.row)?,
+        out_batch: word(gpu, op, m * out.row)?,
+        tiles_n: word(gpu, op, tiles_n)?,
+        batch_shape: axes(gpu, op, &shape, 1)?,
+        a_batch: axes(gpu, op, &a_batch, 0)?,
+        b_batch: axes(gpu, op, &b_batch, 0)?,
+    };
     let buffers = [a.binding, b.binding, bias_binding, out.buffer.into()];
     launch(gpu, "matmul", MATMUL, &params, &buffers, word(gpu, op, groups)? as u64 * 256)
 }
@@ -275,4 +307,10 @@ fn weight_blocks<'a>(
         blocks.push((first, block, binding, (start - byte_start / size) as usize));
     }
     Ok(blocks)
+}
+
+#[cfg(test)]
+#[test]
+fn parameter_blocks_match_the_shaders() {
+    super::assert_layout::<MatmulParams>(MATMUL, "Params");
 }

@@ -9,10 +9,10 @@
 //! which quantized checkpoints do not hold. Every rounding to f16 or bf16 is done in integer
 //! arithmetic, and the product and sum of an affine value are kept apart (see `affine.wgsl`).
 
-use super::Gpu;
-use super::dispatch::{Binding, Launch};
-use super::params::{ABSENT, count, kind, output, reach, same_device, step, storage, word};
+use super::{ABSENT, Uniform, count, kind, output, reach, same_device, step, storage, uniform, word};
 use crate::error::Result;
+use crate::gpu::Gpu;
+use crate::gpu::dispatch::{Binding, Launch};
 use crate::nn::Linear;
 use crate::quant::{
     AffineWeight, QuantizedLinear, SeedEncoding, SeedLinear, SeedWeight, check_input, check_one_slice, check_slice,
@@ -28,7 +28,62 @@ const MATVEC_FEATURES: usize = 8;
 /// The output tile of the tiled kernel, rows by features.
 const TILE: (usize, usize) = (32, 64);
 /// Invocations per workgroup (see `dispatch::WORKGROUP`).
-const WORKGROUP: u64 = super::dispatch::WORKGROUP as u64;
+const WORKGROUP: u64 = crate::gpu::dispatch::WORKGROUP as u64;
+
+uniform! {
+    /// The `Product` block that starts the parameters of every quantized kernel (`quant.wgsl`):
+    /// `y = x Wᵀ (+ bias)` for `x` `[m, k]` (f32, from `x_offset`) and `W` `[n, k]`; zero in
+    /// decodes.
+    struct ProductParams {
+        m: u32,
+        n: u32,
+        k: u32,
+        x_offset: u32,
+        /// [`ABSENT`] when there is no bias.
+        bias_kind: u32,
+        bias_offset: u32,
+        bias_stride: u32,
+        /// Uniform blocks are read in 16-byte rows: the next block starts on one.
+        _pad: u32,
+    }
+}
+
+uniform! {
+    /// The parameters of `affine.wgsl`.
+    struct AffineParams {
+        product: ProductParams,
+        /// Decode: the values to dequantize (a multiple of 32).
+        count: u32,
+        bits: u32,
+        group: u32,
+        /// In elements of each stream.
+        weight_offset: u32,
+        scales_offset: u32,
+        biases_offset: u32,
+        /// Always 0: the zero that keeps the multiply and the add apart (see `affine.wgsl`).
+        opaque: u32,
+    }
+}
+
+uniform! {
+    /// The parameters of `seed.wgsl`.
+    struct SeedParams {
+        product: ProductParams,
+        /// Decode: the blocks to decode.
+        blocks: u32,
+        /// Rows of one slice.
+        rows: u32,
+        /// Blocks of one row (columns / 8).
+        row_blocks: u32,
+        /// Product: the flat row of the slice's first row.
+        first_row: u32,
+        /// In elements of each stream.
+        seeds_offset: u32,
+        coefficients_offset: u32,
+        exp_bias_offset: u32,
+        codes_offset: u32,
+    }
+}
 
 /// A stream as the kernels read it: contiguous (a strided view is gathered first), and the
 /// index of its first element in its buffer.
@@ -69,10 +124,11 @@ macro_rules! kernels {
             source: concat!(
                 $constant,
                 "\n",
-                include_str!("float.wgsl"),
-                include_str!("quant.wgsl"),
-                include_str!($file),
-                include_str!("qmatmul.wgsl")
+                include_str!("../wgsl/prelude.wgsl"),
+                include_str!("../wgsl/float.wgsl"),
+                include_str!("../wgsl/quant.wgsl"),
+                include_str!(concat!("../wgsl/", $file)),
+                include_str!("../wgsl/qmatmul.wgsl")
             ),
             decode: (concat!($name, "_decode"), $decode),
             matvec: concat!($name, "_matvec"),
@@ -81,7 +137,7 @@ macro_rules! kernels {
     };
 }
 
-/// The affine kernels by the float kind of the scales (see `params::float_kind`).
+/// The affine kernels by the float kind of the scales (see `launch::float_kind`).
 const AFFINE_KERNELS: [Kernels; 3] = [
     kernels!("affine_f32", "const KIND: u32 = 0u;", "affine.wgsl", "dequantize"),
     kernels!("affine_f16", "const KIND: u32 = 1u;", "affine.wgsl", "dequantize"),
@@ -139,7 +195,7 @@ impl<'a> Product<'a> {
     }
 
     /// The `Product` block of the kernels' parameters.
-    fn params(&self) -> Result<Vec<u32>> {
+    fn params(&self) -> Result<ProductParams> {
         let (op, gpu) = (self.op, self.x.tensor.device());
         let (bias_kind, bias_offset, bias_stride) = match self.bias {
             Some(bias) => {
@@ -150,26 +206,31 @@ impl<'a> Product<'a> {
         };
         word(gpu, op, self.m * self.k)?;
         word(gpu, op, self.n * self.k)?;
-        Ok(vec![
-            word(gpu, op, self.m)?,
-            word(gpu, op, self.n)?,
-            word(gpu, op, self.k)?,
-            self.x.offset,
+        Ok(ProductParams {
+            m: word(gpu, op, self.m)?,
+            n: word(gpu, op, self.n)?,
+            k: word(gpu, op, self.k)?,
+            x_offset: self.x.offset,
             bias_kind,
             bias_offset,
             bias_stride,
-            0,
-        ])
+            _pad: 0,
+        })
     }
 
-    /// Runs the product with the encoding's `params` (after the `Product` block) and stream
-    /// bindings: `matvec` for a few input rows, the tiled kernel for more.
-    fn run(&self, kernels: &Kernels, params: &[u32], streams: &[Binding<'_>]) -> Result<Tensor<Gpu>> {
+    /// Runs the product with the encoding's parameters (`params` completes them with the
+    /// `Product` block) and stream bindings: `matvec` for a few input rows, the tiled kernel for
+    /// more.
+    fn run<P: Uniform>(
+        &self,
+        kernels: &Kernels,
+        params: impl FnOnce(ProductParams) -> P,
+        streams: &[Binding<'_>],
+    ) -> Result<Tensor<Gpu>> {
         let gpu = self.x.tensor.device();
         let out = output(gpu, count(gpu, self.op, &self.shape)?)?;
         if self.m * self.n > 0 {
-            let mut words = self.params()?;
-            words.extend_from_slice(params);
+            let params = params(self.params()?);
             let x = self.x.binding();
             let bias = match self.bias {
                 Some(bias) => storage(bias, self.op)?.into(),
@@ -183,14 +244,12 @@ impl<'a> Product<'a> {
                 (kernels.tiled, "tiled", self.m.div_ceil(TILE.0) * self.n.div_ceil(TILE.1))
             };
             let invocations = u64::from(word(gpu, self.op, groups)?) * WORKGROUP;
-            gpu.launch(&Launch { key, source: kernels.source, entry, params: &words, buffers: &buffers, invocations })?;
+            let params = bytemuck::bytes_of(&params);
+            gpu.launch(&Launch { key, source: kernels.source, entry, params, buffers: &buffers, invocations })?;
         }
         Ok(gpu.tensor(Some(out), DType::F32, &self.shape))
     }
 }
-
-/// The `Product` block of a decode: unused, zero.
-const NO_PRODUCT: [u32; 8] = [0; 8];
 
 impl AffineWeight<Gpu> {
     /// The float weight, in the dtype of the scales, decoded on the device: equal bit for bit
@@ -214,8 +273,8 @@ impl AffineWeight<Gpu> {
             let [weight, scales, biases] =
                 [&checked.weight, &checked.scales, &checked.biases].map(|stream| Stream::of(stream, OP));
             let (weight, scales, biases) = (weight?, scales?, biases?);
-            let mut params = NO_PRODUCT.to_vec();
-            params.extend(affine_params(OP, &checked, [&weight, &scales, &biases], values)?);
+            // A decode leaves the `Product` block zero.
+            let params = affine_params(OP, &checked, [&weight, &scales, &biases], values)?;
             let buffers = [weight.binding(), scales.binding(), biases.binding(), (&out).into()];
             let kernels = affine_kernels(&checked.scales, OP)?;
             let (key, entry) = kernels.decode;
@@ -223,7 +282,7 @@ impl AffineWeight<Gpu> {
                 key,
                 source: kernels.source,
                 entry,
-                params: &params,
+                params: bytemuck::bytes_of(&params),
                 buffers: &buffers,
                 invocations: (values / 8) as u64,
             })?;
@@ -232,24 +291,24 @@ impl AffineWeight<Gpu> {
     }
 }
 
-/// The affine block of the parameters (after `Product`).
+/// The parameters of an affine weight, with a zero `Product` block.
 fn affine_params(
     op: &'static str,
     weight: &AffineWeight<Gpu>,
     [packed, scales, biases]: [&Stream; 3],
     values: usize,
-) -> Result<[u32; 7]> {
+) -> Result<AffineParams> {
     let spec = weight.spec();
-    Ok([
-        word(packed.tensor.device(), op, values)?,
-        spec.bits,
-        spec.group_size as u32,
-        packed.offset,
-        scales.offset,
-        biases.offset,
-        // `opaque`: the zero that keeps the multiply and the add apart.
-        0,
-    ])
+    Ok(AffineParams {
+        product: ProductParams::default(),
+        count: word(packed.tensor.device(), op, values)?,
+        bits: spec.bits,
+        group: spec.group_size as u32,
+        weight_offset: packed.offset,
+        scales_offset: scales.offset,
+        biases_offset: biases.offset,
+        opaque: 0,
+    })
 }
 
 impl QuantizedLinear<Gpu> {
@@ -275,7 +334,8 @@ impl QuantizedLinear<Gpu> {
         let (weight, scales, biases) = (weight?, scales?, biases?);
         let params = affine_params(OP, &affine, [&weight, &scales, &biases], n * k)?;
         let kernels = affine_kernels(&affine.scales, OP)?;
-        product.run(kernels, &params, &[weight.binding(), scales.binding(), biases.binding()])
+        let params = |product| AffineParams { product, ..params };
+        product.run(kernels, params, &[weight.binding(), scales.binding(), biases.binding()])
     }
 
     /// The dequantized weight `[out, in]` in the dtype of the scales, decoded on the device
@@ -300,13 +360,13 @@ impl QuantizedLinear<Gpu> {
     }
 }
 
-/// The streams of a seed weight and the seed block of the parameters (after `Product`).
+/// The streams of a seed weight and its parameters, with a zero `Product` block.
 struct SeedStreams {
     seeds: Stream,
     coefficients: Stream,
     exp_bias: Stream,
     codes: Option<Stream>,
-    params: [u32; 8],
+    params: SeedParams,
 }
 
 impl SeedStreams {
@@ -321,16 +381,17 @@ impl SeedStreams {
         let exp_bias = Stream::of(&weight.exp_bias, op)?;
         let codes = codes.map(|codes| Stream::of(codes, op)).transpose()?;
         let [_, rows, columns] = weight.shape();
-        let params = [
-            word(gpu, op, blocks)?,
-            word(gpu, op, rows)?,
-            word(gpu, op, columns / 8)?,
-            word(gpu, op, first_row)?,
-            seeds.offset,
-            coefficients.offset,
-            exp_bias.offset,
-            codes.as_ref().map_or(0, |codes| codes.offset),
-        ];
+        let params = SeedParams {
+            product: ProductParams::default(),
+            blocks: word(gpu, op, blocks)?,
+            rows: word(gpu, op, rows)?,
+            row_blocks: word(gpu, op, columns / 8)?,
+            first_row: word(gpu, op, first_row)?,
+            seeds_offset: seeds.offset,
+            coefficients_offset: coefficients.offset,
+            exp_bias_offset: exp_bias.offset,
+            codes_offset: codes.as_ref().map_or(0, |codes| codes.offset),
+        };
         Ok(SeedStreams { seeds, coefficients, exp_bias, codes, params })
     }
 
@@ -371,8 +432,8 @@ impl SeedWeight<Gpu> {
         let blocks = values / 8;
         if blocks > 0 {
             let streams = SeedStreams::of(&weight, OP, blocks, 0)?;
-            let mut params = NO_PRODUCT.to_vec();
-            params.extend(streams.params);
+            // A decode leaves the `Product` block zero.
+            let params = streams.params;
             let [seeds, coefficients, exp_bias, codes] = streams.bindings();
             let buffers = [seeds, coefficients, exp_bias, codes, (&out).into()];
             let kernels = seed_kernels(weight.encoding);
@@ -381,7 +442,7 @@ impl SeedWeight<Gpu> {
                 key,
                 source: kernels.source,
                 entry,
-                params: &params,
+                params: bytemuck::bytes_of(&params),
                 buffers: &buffers,
                 invocations: blocks as u64,
             })?;
@@ -420,14 +481,24 @@ impl SeedLinear<Gpu> {
         let (n, k) = (shape[1], shape[2]);
         let product = Product::new(OP, x.on_device(), [n, k], self.bias.as_ref(), &weight.seeds)?;
         let streams = SeedStreams::of(&weight, OP, 0, slice * n)?;
-        product.run(seed_kernels(weight.encoding), &streams.params, &streams.bindings())
+        let params = |product| SeedParams { product, ..streams.params };
+        product.run(seed_kernels(weight.encoding), params, &streams.bindings())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_gpu;
     use super::*;
+    use crate::gpu::test_gpu;
+
+    #[test]
+    fn parameter_blocks_match_the_shaders() {
+        for kernels in AFFINE_KERNELS.iter().chain([&SEED4_KERNELS, &SEED4P4_KERNELS]) {
+            crate::gpu::launch::assert_layout::<ProductParams>(kernels.source, "Product");
+        }
+        crate::gpu::launch::assert_layout::<AffineParams>(AFFINE_KERNELS[0].source, "Params");
+        crate::gpu::launch::assert_layout::<SeedParams>(SEED4_KERNELS.source, "Params");
+    }
     use crate::kernels::testing::random;
     use crate::nn::{Init, Linear};
     use crate::quant::{AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, EncodeOptions, pack_seed_codes};

@@ -33,15 +33,7 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
     if e >= params.count {
         return;
     }
-    var rest = e;
-    var read_at = params.source_offset;
-    var write_at = params.destination_offset;
-    for (var i = i32(params.rank) - 1; i >= 0; i--) {
-        let size = axis(params.shape, u32(i));
-        let index = rest % size;
-        rest /= size;
-        read_at += index * axis(params.source_strides, u32(i));
-        write_at += index * axis(params.destination_strides, u32(i));
-    }
-    destination[write_at] = read_source(read_at);
+    let offsets = vec2<u32>(params.source_offset, params.destination_offset);
+    let at = strided_pair(e, params.rank, offsets, params.shape, params.source_strides, params.destination_strides);
+    destination[at.y] = read_source(at.x);
 }

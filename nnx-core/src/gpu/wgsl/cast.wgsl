@@ -21,14 +21,7 @@ struct Params {
 
 // The storage index of element `e` of the view.
 fn source_index(e: u32) -> u32 {
-    var rest = e;
-    var at = params.offset;
-    for (var i = i32(params.rank) - 1; i >= 0; i--) {
-        let size = axis(params.shape, u32(i));
-        at += (rest % size) * axis(params.strides, u32(i));
-        rest /= size;
-    }
-    return at;
+    return strided_index(e, params.rank, params.offset, params.shape, params.strides);
 }
 
 // Element `e` of the view in the output format, in the low bits (f64 elements are handled by

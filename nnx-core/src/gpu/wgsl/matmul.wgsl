@@ -75,16 +75,10 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
     let tile = flat % per_product;
     let row0 = (tile / params.tiles_n) * TILE;
     let column0 = (tile % params.tiles_n) * TILE;
-    var base_a = params.a_offset;
-    var base_b = params.b_offset;
-    var rest = product;
-    for (var i = i32(params.batch_rank) - 1; i >= 0; i--) {
-        let size = axis(params.batch_shape, u32(i));
-        let index = rest % size;
-        rest /= size;
-        base_a += index * axis(params.a_batch, u32(i));
-        base_b += index * axis(params.b_batch, u32(i));
-    }
+    let offsets = vec2<u32>(params.a_offset, params.b_offset);
+    let base = strided_pair(product, params.batch_rank, offsets, params.batch_shape, params.a_batch, params.b_batch);
+    let base_a = base.x;
+    let base_b = base.y;
     // Neighbouring invocations load neighbouring elements of whichever axis is dense.
     let a_depth_dense = params.a_column == 1u;
     let b_columns_dense = params.b_column == 1u || params.b_row != 1u;
