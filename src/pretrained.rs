@@ -3,11 +3,10 @@
 //! the checkpoints its import attributes describe. A save replaces the folder as a whole.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsString;
-use std::fs::{self, File};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fs;
+use std::path::Path;
+
+use nnx_io::fs::{TargetFolder, copy_synced, restore_folder, sync_folder, temporary_target, write_atomic};
 
 use crate::{
     Archive, ConfigProblem, DType, Error, Host, ImportReport, Module, ModuleOn, Result, SaveOptions, Tensor,
@@ -194,7 +193,7 @@ pub trait Pretrained: Module + ModuleOn<Host> + Sized {
     fn from_pretrained(source: impl AsRef<Path>) -> Result<Self> {
         let source = source.as_ref();
         // A local folder that a crashed save left aside is put back before it is looked for.
-        restore_aside(source)?;
+        restore_folder(source)?;
         let dir = crate::hub::pretrained_folder(source)?;
         Self::from_pretrained_folder(dir)
     }
@@ -233,6 +232,8 @@ pub trait Pretrained: Module + ModuleOn<Host> + Sized {
 /// Saves into a fresh temporary folder and uploads it; the folder is removed either way.
 #[cfg(feature = "hub")]
 fn push<M: Pretrained>(model: &M, repo: &str) -> Result<crate::hub::CommitInfo> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     let id = crate::hub::RepoId::parse(repo)?;
     let hub = crate::hub::Hub::from_env()?;
     static PUSHES: AtomicU64 = AtomicU64::new(0);
@@ -304,29 +305,21 @@ fn save<M: Pretrained>(model: &M, dir: &Path, options: &PretrainedOptions) -> Re
     }
     let config = config_json::<M>(model, weights.dtype, &dir.join(CONFIG_FILE))?;
     let card = model_card::<M>(weights.parameters, weights.dtype);
-    let target = Target::resolve(dir)?;
-    target.restore()?;
-    target.remove_leftovers();
+    let target = TargetFolder::resolve(dir)?;
 
-    let temp = target.create_temp()?;
-    let result = (|| {
-        let sharded = options.max_shard_bytes.filter(|&limit| weights.bytes > limit);
-        let save = SaveOptions { page_align: options.page_align, max_shard_bytes: sharded, ..SaveOptions::default() };
-        weights.archive.save_with(temp.join(WEIGHTS_FILE), &save)?;
-        write_synced(&temp.join(CONFIG_FILE), &config)?;
-        write_synced(&temp.join(CARD_FILE), &card)?;
-        if target.exists()? {
-            carry(&target.dir, &temp, true)?;
-            // Last, so that a folder without write permission is written first.
-            copy_permissions(&target.dir, &temp);
-        }
-        sync_folder(&temp)?;
-        target.commit(&temp)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_dir_all(&temp);
+    // Removed with what it holds on any error.
+    let staged = target.stage()?;
+    let sharded = options.max_shard_bytes.filter(|&limit| weights.bytes > limit);
+    let save = SaveOptions { page_align: options.page_align, max_shard_bytes: sharded, ..SaveOptions::default() };
+    weights.archive.save_with(staged.path().join(WEIGHTS_FILE), &save)?;
+    write_atomic(staged.path().join(CONFIG_FILE), config.as_bytes())?;
+    write_atomic(staged.path().join(CARD_FILE), card.as_bytes())?;
+    if target.exists()? {
+        carry(target.path(), staged.path(), true)?;
+        // Last, so that a folder without write permission is written first.
+        copy_permissions(target.path(), staged.path());
     }
-    result
+    staged.commit()
 }
 
 /// `config.json`: the configuration's fields, then `model_type`, `architectures` and the dtype
@@ -477,23 +470,6 @@ fn short_count(count: u64) -> String {
     }
 }
 
-/// Writes `text` to the new file `path` and puts it on disk.
-fn write_synced(path: &Path, text: &str) -> Result<()> {
-    let io = |action: &'static str| move |source| Error::Io { action, path: path.to_path_buf(), source };
-    let mut file = File::create(path).map_err(io("create"))?;
-    file.write_all(text.as_bytes()).map_err(io("write"))?;
-    file.sync_all().map_err(io("flush to disk"))
-}
-
-/// Puts a folder's entries on disk. Folders that cannot be opened for this (some platforms)
-/// are skipped.
-fn sync_folder(dir: &Path) -> Result<()> {
-    if let Ok(folder) = File::open(dir) {
-        folder.sync_all().map_err(|source| Error::Io { action: "flush to disk", path: dir.to_path_buf(), source })?;
-    }
-    Ok(())
-}
-
 /// Whether the file `name` at the top of a pretrained folder is one a save writes or makes
 /// stale: the configuration, the card, weights in any format, temporary files of saves.
 fn replaced_by_save(name: &str) -> bool {
@@ -503,7 +479,7 @@ fn replaced_by_save(name: &str) -> bool {
         || weights("pytorch_model", &[".bin", ".bin.index.json"])
         || weights("tf_model", &[".h5"])
         || weights("flax_model", &[".msgpack", ".msgpack.index.json"])
-        || (name.starts_with('.') && name.contains(".tmp-"))
+        || temporary_target(name).is_some()
 }
 
 /// Carries the files of the old folder `from` into the new folder `to` (hard links, else
@@ -530,16 +506,7 @@ fn carry(from: &Path, to: &Path, top: bool) -> Result<()> {
             copy_permissions(&source, &target);
         } else if fs::hard_link(&source, &target).is_err() && (kind.is_file() || kind.is_symlink()) {
             // Another file system, or one without hard links: a copy, put on disk.
-            fs::copy(&source, &target).map_err(|error| Error::Io {
-                action: "copy",
-                path: source.clone(),
-                source: error,
-            })?;
-            File::open(&target).and_then(|file| file.sync_all()).map_err(|source| Error::Io {
-                action: "flush to disk",
-                path: target.clone(),
-                source,
-            })?;
+            copy_synced(&source, &target)?;
         }
     }
     Ok(())
@@ -552,276 +519,10 @@ fn copy_permissions(from: &Path, to: &Path) {
     }
 }
 
-// Committing a folder.
-
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// What a folder beside the target, left by a save, holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Leftover {
-    /// `.NAME.pretrained-tmp-...`: a new folder being written, or after an exchange the old
-    /// folder being removed.
-    Temp,
-    /// `.NAME.pretrained-old-...`: the old folder, renamed aside until the new one is in.
-    Aside,
-}
-
-impl Leftover {
-    fn tag(self) -> &'static str {
-        match self {
-            Leftover::Temp => "tmp",
-            Leftover::Aside => "old",
-        }
-    }
-}
-
-/// A pretrained folder as a save sees it: the folder that holds it and its name there.
-struct Target {
-    dir: PathBuf,
-    parent: PathBuf,
-    name: OsString,
-}
-
-impl Target {
-    /// The target `dir`; a symbolic link to a folder is followed, so that the folder it names
-    /// is the one replaced.
-    fn resolve(dir: &Path) -> Result<Target> {
-        let io = |action: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| Error::Io { action, path, source }
-        };
-        let is_link = fs::symlink_metadata(dir).is_ok_and(|meta| meta.file_type().is_symlink());
-        let dir = if is_link || dir.file_name().is_none() {
-            fs::canonicalize(dir).map_err(io("resolve", dir))?
-        } else {
-            dir.to_path_buf()
-        };
-        let Some(name) = dir.file_name().map(OsString::from) else {
-            return Err(Error::Io {
-                action: "save a pretrained folder at",
-                path: dir,
-                source: std::io::Error::other("a pretrained folder needs a name in a parent folder: pass a subfolder"),
-            });
-        };
-        let parent = match dir.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        fs::create_dir_all(&parent).map_err(io("create", &parent))?;
-        let target = Target { dir, parent, name };
-        if !target.exists()? {
-            return Ok(target);
-        }
-        let refuse = |kind, message: &str| Error::Io {
-            action: "save a pretrained folder at",
-            path: target.dir.clone(),
-            source: std::io::Error::new(kind, message),
-        };
-        if !fs::metadata(&target.dir).map_err(io("inspect", &target.dir))?.is_dir() {
-            let message = "a file is in the way: remove it or choose another folder";
-            return Err(refuse(std::io::ErrorKind::NotADirectory, message));
-        }
-        // The old folder is removed once the new one is in: the working folder must not be
-        // in it.
-        let working = std::env::current_dir().ok();
-        let canonical = fs::canonicalize(&target.dir).map_err(io("resolve", &target.dir))?;
-        if working.is_some_and(|working| working.starts_with(&canonical)) {
-            let message = "it is the working folder or holds it, and a save replaces the folder as a whole: save into a subfolder";
-            return Err(refuse(std::io::ErrorKind::InvalidInput, message));
-        }
-        Ok(target)
-    }
-
-    /// The target's parent and name, without creating or resolving anything; `None` for paths
-    /// without a name (`/`, `..`).
-    fn of(dir: &Path) -> Option<Target> {
-        let name = dir.file_name()?.to_os_string();
-        let parent = match dir.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        Some(Target { dir: dir.to_path_buf(), parent, name })
-    }
-
-    fn exists(&self) -> Result<bool> {
-        match fs::symlink_metadata(&self.dir) {
-            Ok(_) => Ok(true),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(source) => Err(Error::Io { action: "inspect", path: self.dir.clone(), source }),
-        }
-    }
-
-    /// `.NAME.pretrained-TAG-PROCESS-COUNTER` beside the target.
-    fn sibling(&self, kind: Leftover) -> PathBuf {
-        let mut name = OsString::from(".");
-        name.push(&self.name);
-        name.push(format!(
-            ".pretrained-{}-{}-{}",
-            kind.tag(),
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        self.parent.join(name)
-    }
-
-    /// What `file_name` in the parent is to this target, if it is a leftover of its saves.
-    fn leftover(&self, file_name: &std::ffi::OsStr) -> Option<Leftover> {
-        let mut prefix = Vec::from(b".".as_slice());
-        prefix.extend_from_slice(self.name.as_encoded_bytes());
-        prefix.extend_from_slice(b".pretrained-");
-        let rest = file_name.as_encoded_bytes().strip_prefix(prefix.as_slice())?;
-        let rest = std::str::from_utf8(rest).ok()?;
-        let (tag, numbers) = rest.split_once('-')?;
-        let kind = [Leftover::Temp, Leftover::Aside].into_iter().find(|kind| kind.tag() == tag)?;
-        let (process, counter) = numbers.split_once('-')?;
-        let digits = |text: &str| !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit());
-        (digits(process) && digits(counter)).then_some(kind)
-    }
-
-    /// The leftovers of earlier saves of this target, in name order.
-    fn leftovers(&self) -> Vec<(Leftover, PathBuf)> {
-        let Ok(listing) = fs::read_dir(&self.parent) else {
-            return Vec::new();
-        };
-        let mut found: Vec<(Leftover, PathBuf)> = listing
-            .flatten()
-            .filter_map(|item| self.leftover(&item.file_name()).map(|kind| (kind, item.path())))
-            .collect();
-        found.sort();
-        found
-    }
-
-    /// When the target is missing but a save renamed it aside and was stopped before the new
-    /// folder was renamed in, puts it back.
-    fn restore(&self) -> Result<()> {
-        if self.exists()? {
-            return Ok(());
-        }
-        let Some((_, aside)) = self.leftovers().into_iter().rev().find(|(kind, _)| *kind == Leftover::Aside) else {
-            return Ok(());
-        };
-        fs::rename(&aside, &self.dir).map_err(|source| Error::Io { action: "restore", path: aside, source })?;
-        sync_folder(&self.parent)
-    }
-
-    /// Removes the folders that interrupted saves left (after [`Target::restore`]). Failures
-    /// are ignored: leftovers are never read, and the next save tries again.
-    fn remove_leftovers(&self) {
-        for (_, path) in self.leftovers() {
-            let _ = fs::remove_dir_all(path);
-        }
-    }
-
-    /// A new, empty folder beside the target.
-    fn create_temp(&self) -> Result<PathBuf> {
-        let temp = self.sibling(Leftover::Temp);
-        fs::create_dir(&temp).map_err(|source| Error::Io { action: "create", path: temp.clone(), source })?;
-        Ok(temp)
-    }
-
-    /// Puts the complete folder `temp` in the target's place: a rename when there is no
-    /// target, else an exchange of the two folders, else the old folder renamed aside and
-    /// `temp` renamed in. The old folder is then removed.
-    fn commit(&self, temp: &Path) -> Result<()> {
-        if !self.exists()? {
-            fs::rename(temp, &self.dir).map_err(|source| Error::Io {
-                action: "rename into place",
-                path: self.dir.clone(),
-                source,
-            })?;
-            return sync_folder(&self.parent);
-        }
-        let exchanged = exchange(temp, &self.dir).map_err(|source| Error::Io {
-            action: "exchange the new folder with",
-            path: self.dir.clone(),
-            source,
-        })?;
-        if exchanged {
-            sync_folder(&self.parent)?;
-            // `temp` now holds the old folder.
-            let _ = fs::remove_dir_all(temp);
-            return Ok(());
-        }
-        self.commit_by_renames(temp)
-    }
-
-    /// [`Target::commit`] where folders cannot be exchanged: the old folder is renamed aside,
-    /// then `temp` renamed in. A crash between the two leaves no target, which
-    /// [`Target::restore`] repairs by putting the old folder back.
-    fn commit_by_renames(&self, temp: &Path) -> Result<()> {
-        let aside = self.sibling(Leftover::Aside);
-        fs::rename(&self.dir, &aside).map_err(|source| Error::Io {
-            action: "rename aside",
-            path: self.dir.clone(),
-            source,
-        })?;
-        if let Err(source) = fs::rename(temp, &self.dir) {
-            // Put the old folder back; if even that fails, the next save or load does it.
-            let _ = fs::rename(&aside, &self.dir);
-            return Err(Error::Io { action: "rename into place", path: self.dir.clone(), source });
-        }
-        sync_folder(&self.parent)?;
-        let _ = fs::remove_dir_all(&aside);
-        Ok(())
-    }
-}
-
-/// Puts the folder a crashed save left aside back in the place of `dir` when `dir` is missing
-/// (see [`Pretrained::save_pretrained_with`]); nothing when `dir` exists, cannot be looked at
-/// (the error is then the reader's to report) or nothing is aside.
-fn restore_aside(dir: &Path) -> Result<()> {
-    let missing = matches!(fs::symlink_metadata(dir), Err(error) if error.kind() == std::io::ErrorKind::NotFound);
-    match Target::of(dir) {
-        Some(target) if missing => target.restore(),
-        _ => Ok(()),
-    }
-}
-
-/// Exchanges the folders `a` and `b` in one step: `Ok(false)` when the system or the file
-/// system cannot.
-#[cfg(target_os = "linux")]
-fn exchange(a: &Path, b: &Path) -> std::io::Result<bool> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-
-    let a = CString::new(a.as_os_str().as_bytes())?;
-    let b = CString::new(b.as_os_str().as_bytes())?;
-    // SAFETY: `renameat2` reads the two NUL-terminated paths, which live until the call
-    // returns, and nothing else; `AT_FDCWD` makes relative paths start at the working folder.
-    // The syscall is used rather than the libc function, which older C libraries lack.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::c_long::from(libc::AT_FDCWD),
-            a.as_ptr(),
-            libc::c_long::from(libc::AT_FDCWD),
-            b.as_ptr(),
-            libc::c_long::from(libc::RENAME_EXCHANGE),
-        )
-    };
-    if result == 0 {
-        return Ok(true);
-    }
-    let error = std::io::Error::last_os_error();
-    match error.raw_os_error() {
-        // Flags this file system does not take, a kernel before 3.15, or a sandbox that
-        // refuses the call: renames do the job instead.
-        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM) => Ok(false),
-        _ => Err(error),
-    }
-}
-
-/// Exchanges the folders `a` and `b` in one step: `Ok(false)` when the system or the file
-/// system cannot.
-#[cfg(not(target_os = "linux"))]
-fn exchange(_: &Path, _: &Path) -> std::io::Result<bool> {
-    Ok(false)
-}
-
 // Loading.
 
 fn load<M: Pretrained>(dir: &Path) -> Result<M> {
-    restore_aside(dir)?;
+    restore_folder(dir)?;
     let path = dir.join(CONFIG_FILE);
     let text = nnx_io::config::read_text(&path)?;
     let raw: serde_json::Value = serde_json::from_str(&text).map_err(|error| Error::Config {
@@ -928,73 +629,6 @@ fn load_own<M: Module>(archive: &Archive, model: &mut M) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn scratch(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "nnx-pretrained-unit-{tag}-{}-{}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    fn folder_with(dir: &Path, file: &str, text: &str) {
-        fs::create_dir_all(dir).unwrap();
-        fs::write(dir.join(file), text).unwrap();
-    }
-
-    #[test]
-    fn renames_commit_and_a_crash_between_them_is_restored() {
-        let root = scratch("renames");
-        let target = Target::resolve(&root.join("model")).unwrap();
-        folder_with(&target.dir, "config.json", "old");
-        let temp = target.create_temp().unwrap();
-        fs::write(temp.join("config.json"), "new").unwrap();
-        target.commit_by_renames(&temp).unwrap();
-        assert_eq!(fs::read_to_string(target.dir.join("config.json")).unwrap(), "new");
-        assert!(target.leftovers().is_empty(), "the old folder is removed");
-
-        // A save stopped after renaming the old folder aside: the next load puts it back.
-        let aside = target.sibling(Leftover::Aside);
-        fs::rename(&target.dir, &aside).unwrap();
-        let written = target.create_temp().unwrap();
-        fs::write(written.join("config.json"), "newer").unwrap();
-        restore_aside(&target.dir).unwrap();
-        assert_eq!(fs::read_to_string(target.dir.join("config.json")).unwrap(), "new");
-        // The next save removes what is left (the unfinished folder).
-        assert_eq!(target.leftovers().len(), 1);
-        target.remove_leftovers();
-        assert!(target.leftovers().is_empty());
-        fs::remove_dir_all(root).unwrap();
-    }
-
-    #[test]
-    fn folders_a_save_cannot_replace_are_refused_before_anything_is_written() {
-        let working = std::env::current_dir().unwrap();
-        for dir in [working.clone(), working.parent().unwrap().to_path_buf()] {
-            let message = Target::resolve(&dir).err().expect("the working folder is refused").to_string();
-            assert!(message.contains("it is the working folder or holds it"), "{message}");
-        }
-        let root = scratch("file");
-        fs::write(root.join("model"), "a file").unwrap();
-        let message = Target::resolve(&root.join("model")).err().expect("a file is refused").to_string();
-        assert!(message.contains("a file is in the way"), "{message}");
-        fs::remove_dir_all(root).unwrap();
-    }
-
-    #[test]
-    fn leftovers_are_recognised_by_the_exact_name() {
-        let target = Target::of(Path::new("/x/model")).unwrap();
-        let check = |name: &str| target.leftover(std::ffi::OsStr::new(name));
-        assert_eq!(check(".model.pretrained-tmp-12-0"), Some(Leftover::Temp));
-        assert_eq!(check(".model.pretrained-old-12-3"), Some(Leftover::Aside));
-        assert_eq!(check(".model.pretrained-tmp-12"), None);
-        assert_eq!(check(".model.pretrained-new-12-0"), None);
-        assert_eq!(check(".model2.pretrained-tmp-12-0"), None);
-        assert_eq!(check("model.pretrained-tmp-12-0"), None);
-        assert_eq!(check(".model.pretrained-tmp-1.pretrained-tmp-2-3"), None);
-    }
 
     #[test]
     fn a_save_replaces_weights_and_keeps_the_other_files() {

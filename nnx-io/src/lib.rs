@@ -9,6 +9,7 @@
 mod archive;
 pub mod config;
 mod error;
+pub mod fs;
 mod header;
 pub mod hub;
 mod import;

@@ -5,7 +5,7 @@
 //! before any of its bytes are read.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nnx_core::quant::{AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, AffineWeight, SeedEncoding, SeedWeight};
 #[cfg(feature = "kernels")]
@@ -15,7 +15,8 @@ use serde_json::{Map, Value};
 
 use crate::archive::Archive;
 use crate::error::{ConfigProblem, ConfigRule, Error, Result};
-use crate::write::{SaveOptions, write_atomic};
+use crate::fs::write_atomic;
+use crate::write::SaveOptions;
 
 /// The overlay file of extra entries a NanoSeedLM folder may hold (per-layer MLA tensors).
 pub const OVERLAY_FILE: &str = "model-mla-delta.safetensors";
@@ -506,9 +507,7 @@ pub fn save_folder(
     if let Some(config) = config {
         let path = dir.join("config.json");
         let text = serde_json::to_string_pretty(config).expect("JSON values always serialize") + "\n";
-        write_atomic(&path, |out| {
-            out.write_all(text.as_bytes()).map_err(|source| Error::Io { action: "write", path: PathBuf::new(), source })
-        })?;
+        write_atomic(&path, text.as_bytes())?;
     }
     Ok(())
 }

@@ -1,17 +1,15 @@
-//! Writing archives: deterministic SafeTensors files, written atomically (temporary file in the
-//! same folder, fsync, rename, fsync of the folder), optionally page-aligned or sharded (new
-//! shards beside the old ones, the index replaced last as the commit point, then the old shards
-//! removed).
+//! Writing archives: deterministic SafeTensors files, written atomically (through
+//! [`crate::fs`]), optionally page-aligned or sharded (new shards beside the old ones, the index
+//! replaced last as the commit point, then the old shards removed).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::archive::{Archive, WriteItem};
 use crate::error::{Error, Result};
+use crate::fs::{StagedFile, folder_of, sync_folder, temporary_target, write_atomic, write_atomic_with};
 use crate::index::{ShardIndex, shard_file_name, shard_stem};
 
 /// The page of page-aligned files: 16 KiB, the page size of Apple silicon GPUs.
@@ -82,7 +80,7 @@ impl Archive {
         match options.max_shard_bytes {
             None => {
                 let items: Vec<&WriteItem<'_>> = items.iter().collect();
-                write_atomic(path, |out| write_safetensors(out, &items, &metadata, options.page_align)).map(drop)
+                write_atomic_with(path, |out| write_safetensors(out, &items, &metadata, options.page_align)).map(drop)
             }
             Some(limit) => write_shards(path, &items, &metadata, options.page_align, limit, options.group_streams),
         }
@@ -182,72 +180,6 @@ fn touch_pages(bytes: &[u8]) {
     }
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// The folder holding `path` (`.` for a bare file name).
-fn folder_of(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-/// The temporary file a save of `file_name` writes first: `.NAME.tmp-PROCESS-COUNTER`, hidden
-/// and ending in neither `.safetensors` nor `.json`, so no folder reader takes it for weights.
-fn temp_name(file_name: &str) -> String {
-    format!(".{file_name}.tmp-{}-{}", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed))
-}
-
-/// The file name a temporary file from [`temp_name`] stands in for.
-fn temp_target(file_name: &str) -> Option<&str> {
-    file_name.strip_prefix('.')?.rsplit_once(".tmp-").map(|(target, _)| target)
-}
-
-/// Writes `path` atomically: [`write_beside`], then an fsync of the folder so that the rename
-/// is on disk.
-pub(crate) fn write_atomic<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<T>) -> Result<T> {
-    let value = write_beside(path, write)?;
-    sync_folder(&folder_of(path))?;
-    Ok(value)
-}
-
-/// Writes `path` through a temporary file beside it: write, fsync, rename over the target.
-/// The temporary file is removed if anything fails. The rename is durable only once the
-/// folder is synced ([`sync_folder`]).
-fn write_beside<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<T>) -> Result<T> {
-    let file_name = path.file_name().and_then(|name| name.to_str()).unwrap_or("archive");
-    let temp = folder_of(path).join(temp_name(file_name));
-    let result = (|| {
-        let file = File::create(&temp).map_err(Error::io("create", &temp))?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
-        let value = write(&mut out).map_err(|error| match error {
-            Error::Io { action, source, .. } => Error::Io { action, path: temp.clone(), source },
-            other => other,
-        })?;
-        let file = out.into_inner().map_err(|error| Error::Io {
-            action: "write",
-            path: temp.clone(),
-            source: error.into_error(),
-        })?;
-        file.sync_all().map_err(Error::io("flush to disk", &temp))?;
-        std::fs::rename(&temp, path).map_err(Error::io("replace", path))?;
-        Ok(value)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
-}
-
-/// Puts the folder's entries (renames, new files) on disk. Folders that cannot be opened for
-/// this (some platforms) are skipped.
-fn sync_folder(dir: &Path) -> Result<()> {
-    if let Ok(folder) = File::open(dir) {
-        folder.sync_all().map_err(Error::io("flush to disk", dir))?;
-    }
-    Ok(())
-}
-
 /// Greedy in entry order: a shard is closed when the next entry would pass the limit; an
 /// entry larger than the limit is alone in its shard. With `group_streams`, the unit placed is
 /// a group of entries sharing a name up to the last `.` (in order of first appearance), so a
@@ -333,15 +265,14 @@ fn write_shards(
             let shard_items: Vec<&WriteItem<'_>> = members.iter().map(|&at| &items[at]).collect();
             let shard_path = dir.join(shard_name);
             written.push(shard_path.clone());
-            write_beside(&shard_path, |out| write_safetensors(out, &shard_items, metadata, page_align))?;
+            let mut shard = StagedFile::create(&shard_path)?;
+            shard.write_with(|out| write_safetensors(out, &shard_items, metadata, page_align))?;
+            shard.rename()?;
             weight_map.extend(members.iter().map(|&at| (items[at].name, shard_name.as_str())));
         }
         // Every shard must be on disk under its name before the index that names them is.
         sync_folder(&dir)?;
-        let json = index_json(items, metadata, &weight_map);
-        write_atomic(&index_path, |out| {
-            out.write_all(json.as_bytes()).map_err(|source| Error::Io { action: "write", path: PathBuf::new(), source })
-        })
+        write_atomic(&index_path, index_json(items, metadata, &weight_map).as_bytes())
     })();
     if result.is_err() {
         // The old index is untouched and names none of these files.
@@ -388,7 +319,7 @@ fn remove_unused_shards(dir: &Path, stem: &str, keep: &HashSet<&str>, old: &Hash
         let Some(name) = name.to_str() else {
             continue;
         };
-        let unused = if let Some(target) = temp_target(name) {
+        let unused = if let Some(target) = temporary_target(name) {
             target == index_name || target == format!("{stem}.safetensors") || shard_stem(target) == Some(stem)
         } else {
             !keep.contains(name) && (old.contains(name) || shard_stem(name) == Some(stem))

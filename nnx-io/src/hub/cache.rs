@@ -12,11 +12,11 @@
 #[cfg(feature = "hub")]
 use std::fs::File;
 use std::path::{Component, Path, PathBuf};
-#[cfg(feature = "hub")]
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::RepoId;
 use crate::error::{HubProblem, Offline};
+#[cfg(feature = "hub")]
+use crate::fs::{Staged, StagedFile};
 use crate::{Error, Result};
 
 /// The names of a model's weights in a pretrained folder, in the order a load looks for them.
@@ -270,10 +270,7 @@ impl Cache {
             return Ok(());
         }
         // Written beside and renamed, so a reader never sees half a commit hash.
-        let partial = beside(&path, "partial");
-        let written = open_new(&partial).and_then(|mut file| std::io::Write::write_all(&mut file, commit.as_bytes()));
-        written.map_err(Error::io("write", &partial))?;
-        std::fs::rename(&partial, &path).map_err(Error::io("rename", &path))
+        crate::fs::write_atomic(&path, commit.as_bytes())
     }
 
     /// Makes `snapshots/<commit>/<path>` point at the blob: a relative symlink, or a copy where
@@ -298,13 +295,14 @@ impl Cache {
         }
         // Made beside and renamed over the pointer, so that readers and other writers never see
         // it missing, and a copy never writes through an existing link into the blob.
-        let temporary = beside(&pointer, "link");
-        let _ = std::fs::remove_file(&temporary);
-        if symlink(&target, &temporary).is_err() {
-            let copied = File::open(&blob).and_then(|mut from| std::io::copy(&mut from, &mut open_new(&temporary)?));
-            copied.map_err(Error::io("copy into the snapshot", &temporary))?;
+        if let Ok((link, ())) = Staged::make(&pointer, |temporary| symlink(&target, temporary)) {
+            link.commit()?;
+        } else {
+            let mut copy = StagedFile::create(&pointer)?;
+            let copied = File::open(&blob).and_then(|mut from| std::io::copy(&mut from, &mut copy));
+            copied.map_err(Error::io("copy into the snapshot", copy.path()))?;
+            copy.commit()?;
         }
-        std::fs::rename(&temporary, &pointer).map_err(Error::io("link into the snapshot", &pointer))?;
         Ok(pointer)
     }
 }
@@ -349,33 +347,6 @@ pub(crate) fn refuse_link(repo: &RepoId, path: &Path) -> Result<()> {
 #[cfg(feature = "hub")]
 pub(crate) fn link_error(repo: &RepoId, path: &Path, expected: &'static str) -> Error {
     Error::Hub { repo: repo.to_string(), problem: HubProblem::Link { path: path.to_path_buf(), expected } }
-}
-
-/// Opens a file in the cache without following a symbolic link at `path` (on Unix; elsewhere
-/// the [`refuse_link`] checks before stand alone).
-#[cfg(feature = "hub")]
-pub(crate) fn open_options_no_follow() -> std::fs::OpenOptions {
-    let mut options = std::fs::OpenOptions::new();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NOFOLLOW);
-    }
-    options
-}
-
-/// Creates `path`, which must not exist yet (not even as a link).
-#[cfg(feature = "hub")]
-fn open_new(path: &Path) -> std::io::Result<File> {
-    open_options_no_follow().write(true).create_new(true).open(path)
-}
-
-#[cfg(feature = "hub")]
-/// A hidden name beside `path` that no other thread or process uses.
-fn beside(path: &Path, suffix: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let unique = NEXT.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!(".{}.{}.{unique}.{suffix}", file_name(path), std::process::id()))
 }
 
 #[cfg(all(feature = "hub", unix))]

@@ -8,7 +8,7 @@
 //! appends only where the server says it starts, and a transfer slower than a minimum rate is
 //! stopped, so that a hostile or broken server costs bounded disk, memory and time.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -19,12 +19,11 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
-use super::cache::{
-    self, Cache, SAFETENSORS, SAFETENSORS_INDEX, TORCH, TORCH_INDEX, env_flag, is_commit, open_options_no_follow,
-};
+use super::cache::{self, Cache, SAFETENSORS, SAFETENSORS_INDEX, TORCH, TORCH_INDEX, env_flag, is_commit};
 use super::http::{About, Http, Reply, Request, encode_path, encode_segment, protocol, refused};
 use super::{RepoId, answers};
 use crate::error::{HubProblem, Offline};
+use crate::fs::open_no_follow;
 use crate::text::redact_urls;
 use crate::{Error, Result};
 
@@ -499,11 +498,7 @@ impl Hub {
     ) -> Result<()> {
         let lock_path = self.cache.lock(repo, &meta.etag)?;
         cache::refuse_link(repo, &lock_path)?;
-        let lock = open_options_no_follow()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
+        let lock = open_no_follow(OpenOptions::new().create(true).truncate(false).write(true), &lock_path)
             .map_err(|error| open_error(repo, &lock_path, "open the lock", error))?;
         // Another process downloading the same blob holds this; wait for it, then find the blob.
         lock.lock().map_err(Error::io("lock", &lock_path))?;
@@ -536,7 +531,8 @@ impl Hub {
             let _ = std::fs::remove_file(&incomplete);
             return Err(error);
         }
-        std::fs::rename(&incomplete, blob).map_err(Error::io("rename into the cache", blob))?;
+        // Kept under its own name until complete (to resume), then put in place in one step.
+        crate::fs::replace(&incomplete, blob)?;
         drop(lock);
         Ok(())
     }
@@ -611,11 +607,7 @@ impl Hub {
             if announced.is_some_and(|length| length > expected) {
                 return Err(Failure::Discard(oversized()));
             }
-            let mut file = open_options_no_follow()
-                .create(true)
-                .write(true)
-                .truncate(false)
-                .open(incomplete)
+            let mut file = open_no_follow(OpenOptions::new().create(true).write(true).truncate(false), incomplete)
                 .map_err(|error| Failure::Discard(open_error(repo, incomplete, "write", error)))?;
             let write_error = |error| Failure::Discard(Error::io("write", incomplete)(error));
             file.set_len(start).map_err(write_error)?;

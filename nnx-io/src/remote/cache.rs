@@ -8,7 +8,7 @@
 //! trimming removes only plain files of that form, so a link planted in the cache can neither
 //! be read through nor make nnx write or delete anywhere else.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use super::RemoteFile;
+use crate::fs::{StagedFile, open_no_follow};
 
 /// Fetched ranges kept under `dir`, at most `max_bytes` in all. A cache failure (a full disk,
 /// a removed file) is a miss, never an error: the bytes are fetched again.
@@ -59,17 +60,16 @@ impl RangeCache {
         if std::fs::create_dir_all(&folder).is_err() || !is_real_folder(&folder) {
             return;
         }
-        let target = folder.join(format!("{}-{}", range.start, range.end));
-        let temporary = folder.join(format!(".{}-{}.tmp-{}", range.start, range.end, std::process::id()));
         // A fresh file (never an existing one, nor a link's target), renamed over the name: a
-        // rename replaces a link planted there rather than writing through it.
-        let written = open_no_follow(OpenOptions::new().write(true).create_new(true), &temporary)
-            .and_then(|mut opened| opened.write_all(bytes));
-        if written.is_err() || std::fs::rename(&temporary, &target).is_err() {
-            let _ = std::fs::remove_file(&temporary);
+        // rename replaces a link planted there rather than writing through it. The file is put
+        // on disk first, so that a crash never leaves a torn range under the name; the folder
+        // is not (a range lost in a crash is a miss).
+        let Ok(mut staged) = StagedFile::create(folder.join(format!("{}-{}", range.start, range.end))) else {
             return;
+        };
+        if staged.write_all(bytes).is_ok() && staged.rename().is_ok() {
+            self.trim();
         }
-        self.trim();
     }
 
     /// Removes the least recently used ranges until the cache fits its limit.
@@ -139,20 +139,6 @@ fn cache_files(folder: &Path) -> impl Iterator<Item = (String, std::fs::Metadata
         let meta = item.metadata().ok().filter(|meta| meta.file_type().is_file())?;
         Some((item.file_name().into_string().ok()?, meta))
     })
-}
-
-/// Opens `path` with `options`, refusing to follow a link at its last component.
-fn open_no_follow(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NOFOLLOW);
-    }
-    let opened = options.open(path)?;
-    if !opened.metadata()?.file_type().is_file() {
-        return Err(std::io::Error::other("not a plain file"));
-    }
-    Ok(opened)
 }
 
 /// The ranges the cache holds of one version of a file.

@@ -406,8 +406,8 @@ pub fn download(url: &str, to: &std::path::Path, options: &RemoteOptions) -> Res
     use std::io::Write;
     let (client, path) = location::client(url, options)?;
     let url = client.url(&path);
-    let temporary = to.with_extension("download-tmp");
-    let mut file = std::fs::File::create(&temporary).map_err(Error::io("create", &temporary))?;
+    // Removed when dropped on an error.
+    let mut file = crate::fs::StagedFile::create(to)?;
     let written = client.block_on(async {
         let result = client.store.get(&path).await.map_err(|error| remote_error(&url, error))?;
         // The announced size bounds what is written: a server cannot fill the disk.
@@ -420,7 +420,7 @@ pub fn download(url: &str, to: &std::path::Path, options: &RemoteOptions) -> Res
                 let problem = RemoteProblem::TooLong { asked: size, sent_at_least: written + chunk.len() as u64 };
                 return Err(Error::Remote { url: url.clone(), problem });
             }
-            file.write_all(&chunk).map_err(Error::io("write", &temporary))?;
+            file.write_all(&chunk).map_err(Error::io("write", file.path()))?;
             written += chunk.len() as u64;
         }
         if written < size {
@@ -430,17 +430,9 @@ pub fn download(url: &str, to: &std::path::Path, options: &RemoteOptions) -> Res
             });
         }
         Ok::<_, Error>(written)
-    });
-    let written = match written {
-        Ok(written) => written,
-        Err(error) => {
-            let _ = std::fs::remove_file(&temporary);
-            return Err(error);
-        }
-    };
+    })?;
     client.count(written as usize);
-    file.sync_all().map_err(Error::io("write", &temporary))?;
-    std::fs::rename(&temporary, to).map_err(Error::io("rename", to))?;
+    file.commit()?;
     Ok(written)
 }
 
