@@ -11,7 +11,7 @@ use nnx::{Archive, Error, SaveOptions};
 use sha2::{Digest, Sha256};
 
 use crate::hub_server::{Access, FakeHub, Fault, WRITE_TOKEN};
-use crate::util::{fixtures, scratch};
+use crate::util::{fixtures, nnx_binary, scratch};
 
 /// The files of a transformers GPT-2 folder, sharded in two, with a file a load does not need.
 pub fn gpt2_files() -> BTreeMap<String, Vec<u8>> {
@@ -384,7 +384,7 @@ pub fn hub_env(server: &FakeHub, cache: &Path) -> Vec<(&'static str, PathBuf)> {
 }
 
 fn nnx(args: &[&str], env: &[(&'static str, PathBuf)]) -> (i32, String, String) {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_nnx"));
+    let mut command = std::process::Command::new(nnx_binary());
     command.args(args).env_remove("HF_TOKEN").env_remove("HF_HUB_OFFLINE");
     for (key, value) in env {
         command.env(key, value);

@@ -18,7 +18,7 @@ use nnx::nn::Init;
 use nnx::remote::{RangeCache, RemoteOptions};
 use nnx::{Archive, DType, Error, ImportOptions, Module, RemoteProblem, SaveOptions};
 
-use crate::util::{cache_dir, fixtures, scratch};
+use crate::util::{cache_dir, fixtures, nnx_binary, scratch};
 
 /// The secret the tests give the store: no error may print it.
 const SECRET: &str = "never-printed-s3cr3t";
@@ -359,7 +359,7 @@ fn the_command_line_inspects_converts_and_diffs_urls() {
     nnx::remote::upload(&local_path, "s3://models/gpt2/model.safetensors", &options).unwrap();
     let dir = scratch();
     let nnx = |args: &[&str]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_nnx"))
+        let output = Command::new(nnx_binary())
             .args(args)
             .env("AWS_ENDPOINT_URL", server.endpoint())
             .env("AWS_ALLOW_HTTP", "true")

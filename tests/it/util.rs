@@ -29,10 +29,27 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache").join("nnx"))
 }
 
+/// The `nnx` binary: `NNX_BINARY` when set (another build, to measure what a fix changed), else
+/// the one package `nnx-cli` builds beside the test binaries. It is a binary of another package,
+/// so `cargo test --workspace` builds it and `cargo test -p nnx` does not.
+pub fn nnx_binary() -> PathBuf {
+    if let Some(binary) = std::env::var_os("NNX_BINARY") {
+        return PathBuf::from(binary);
+    }
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let binary = deps.parent().unwrap().join(format!("nnx{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "the nnx binary is not built at `{}`: build it with `cargo build -p nnx-cli` (or run the \
+         tests with `cargo test --workspace`, which builds it; `cargo test -p nnx` does not)",
+        binary.display()
+    );
+    binary
+}
+
 /// Runs the `nnx` binary with `args`: exit status (-1 when killed), stdout and stderr.
 pub fn run_nnx<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (i32, String, String) {
-    let output =
-        std::process::Command::new(env!("CARGO_BIN_EXE_nnx")).args(args).output().expect("the nnx binary runs");
+    let output = std::process::Command::new(nnx_binary()).args(args).output().expect("the nnx binary runs");
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -95,8 +112,7 @@ impl Bounded {
 
 /// Runs the `nnx` binary with `args` and `envs` under an address-space limit of `memory` bytes
 /// (`RLIMIT_AS`, so that an input that makes nnx allocate more fails instead of swapping) and a
-/// wall-clock `timeout`, after which it is killed. `NNX_BINARY` names another `nnx` to run
-/// instead, so that the same inputs measure an older build.
+/// wall-clock `timeout`, after which it is killed; the binary is [`nnx_binary`].
 #[cfg(unix)]
 // The child is reaped by `wait4` below, not by `Child::wait`.
 #[allow(clippy::zombie_processes)]
@@ -110,8 +126,7 @@ pub fn run_nnx_bounded<S: AsRef<std::ffi::OsStr>>(
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
-    // `NNX_BINARY` runs another build (an older one, to measure what a fix changed).
-    let binary = std::env::var_os("NNX_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_nnx").into());
+    let binary = nnx_binary();
     // The peak memory of a process forked from this one starts at this process's own resident
     // set, which the other tests inflate; GNU time, a small program that forks nnx from itself,
     // reports nnx's alone. Without it, the figure is an upper bound.

@@ -1,14 +1,33 @@
 //! `nnx quantize IN OUT --encoding q4|q8|seed4|seed4p4 [--group-size N] [--pattern GLOB]`:
 //! quantizes the 2-D float weights of a SafeTensors file or folder and copies every other entry.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use indicatif::ProgressBar;
 use nnx::quant::{AffineSpec, AffineWeight, EncodeOptions, SeedEncoding, SeedWeight};
 use nnx::quantized::{EncodedWeight, QuantizationConfig, QuantizedFolder, save_folder};
 use nnx::{Archive, SaveOptions, Tensor};
 
-use crate::{CliError, Output, progress_bar};
+use crate::common::{CliError, Output, local, progress_bar};
+
+/// The arguments of `nnx quantize`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A `.safetensors` file, a shard index, a folder or an `hf://` path.
+    input: PathBuf,
+    /// The output file, or folder (page-aligned shards with `config.json`).
+    output: PathBuf,
+    /// The encoding.
+    #[arg(long, value_enum)]
+    encoding: Encoding,
+    /// Values per group of the affine encodings: 32, 64 or 128.
+    #[arg(long, default_value_t = 64)]
+    group_size: usize,
+    /// Quantize the entries whose names match this glob (`*` and `?`); by default every
+    /// `*.weight` of rank 2 whose last axis fits the group or block size.
+    #[arg(long)]
+    pattern: Option<String>,
+}
 
 /// The encodings `--encoding` takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -71,13 +90,9 @@ fn unfit(archive: &Archive, name: &str, multiple: usize) -> nnx::Result<Option<S
 }
 
 /// Runs the command; returns the summary line.
-pub fn run(
-    input: &Path,
-    output: &Path,
-    encoding: Encoding,
-    group_size: usize,
-    pattern: Option<&str>,
-) -> Result<String, CliError> {
+pub fn run(args: Args) -> Result<String, CliError> {
+    let Args { input, output, encoding, group_size, pattern } = args;
+    let (input, output, pattern) = (&local(input)?, &output, pattern.as_deref());
     let folder = QuantizedFolder::open(input)?;
     let archive = folder.archive();
     let spec = match encoding {

@@ -3,10 +3,26 @@
 
 use nnx::hub::{Hub, HubPath, RepoId};
 
-use crate::CliError;
+use crate::common::CliError;
 
-/// Downloads what a load of the model needs, or with `include`, the files matching those globs.
-pub fn run(repo: &str, revision: Option<&str>, include: &[String]) -> Result<String, CliError> {
+/// The arguments of `nnx download`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A repository id (`org/name`) or `hf://org/name[@revision]`.
+    repo: String,
+    /// A branch, tag or commit (default `main`).
+    #[arg(long)]
+    revision: Option<String>,
+    /// Download the files matching this glob (`*` crosses folders; `sub/` means all under
+    /// it) instead of what a load of the model needs; `--include '*'` downloads everything.
+    #[arg(long, value_name = "GLOB")]
+    include: Vec<String>,
+}
+
+/// Downloads what a load of the model needs, or with `--include`, the files matching those
+/// globs.
+pub fn run(args: Args) -> Result<String, CliError> {
+    let (repo, revision, include) = (args.repo.as_str(), args.revision.as_deref(), args.include.as_slice());
     let (repo, revision) = if repo.starts_with(HubPath::SCHEME) {
         let path = HubPath::parse(repo)?;
         if !path.path.is_empty() {

@@ -2,12 +2,27 @@
 //! entry by entry: names only in one of them, dtype or shape differences, and for the common
 //! tensors the largest absolute difference and the count of differing elements.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nnx::text::printable;
 use nnx::{Archive, DType, EntryInfo, Tensor};
 
-use crate::CliError;
+use crate::common::{CliError, local};
+
+/// The arguments of `nnx diff`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The first checkpoint (any format or `hf://` path `convert` reads).
+    a: PathBuf,
+    /// The second checkpoint.
+    b: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Float elements differ when `|a - b|` exceeds this; integers and bools must be equal.
+    #[arg(long, default_value_t = 0.0, value_name = "X", value_parser = parse_tolerance)]
+    atol: f64,
+}
 
 /// Parses `--atol`: a finite number, zero or more.
 pub fn parse_tolerance(text: &str) -> Result<f64, String> {
@@ -157,7 +172,9 @@ fn entry_values(archive: &Archive, name: &str, path: &Path) -> Result<Values, Cl
 }
 
 /// Runs the command; returns the report and whether the checkpoints are equal.
-pub fn run(a_path: &Path, b_path: &Path, json: bool, atol: f64) -> Result<(String, bool), CliError> {
+pub fn run(args: Args) -> Result<(String, bool), CliError> {
+    let Args { a, b, json, atol } = args;
+    let (a_path, b_path) = (&local(a)?, &local(b)?);
     let a = open(a_path)?;
     let b = open(b_path)?;
     let mut report = Report { only_in_a: Vec::new(), only_in_b: Vec::new(), common: Vec::new() };

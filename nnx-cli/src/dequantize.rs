@@ -2,12 +2,25 @@
 //! SEED4P4) back to a float `NAME.weight`; every other entry copied as it is.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::PathBuf;
 
 use nnx::quantized::{EncodedWeight, QuantizedFolder, save_folder};
 use nnx::{Archive, DType, SaveOptions};
 
-use crate::{CliError, Output};
+use crate::common::{CliError, Output, local};
+
+/// The arguments of `nnx dequantize`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A `.safetensors` file, a shard index, a folder or an `hf://` path.
+    input: PathBuf,
+    /// The output file or folder.
+    output: PathBuf,
+    /// The float dtype of the decoded weights (default: the dtype of the scales for affine
+    /// weights, BF16 for seed weights).
+    #[arg(long, value_enum)]
+    dtype: Option<FloatType>,
+}
 
 /// The float dtypes `--dtype` takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -33,7 +46,9 @@ impl FloatType {
 
 /// Runs the command; returns the summary line. Without `--dtype`, affine weights come out in
 /// the dtype of their scales and seed weights in BF16, the values the reference decoders give.
-pub fn run(input: &Path, output: &Path, dtype: Option<FloatType>) -> Result<String, CliError> {
+pub fn run(args: Args) -> Result<String, CliError> {
+    let Args { input, output, dtype } = args;
+    let (input, output) = (&local(input)?, &output);
     let folder = QuantizedFolder::open(input)?;
     let archive = folder.archive();
     let mut decoded = Archive::new();

@@ -6,21 +6,51 @@ use std::path::{Path, PathBuf};
 
 use nnx::{Archive, DType, SaveOptions, TensorError};
 
-use crate::{CliError, progress_bar};
+use crate::common::{CliError, local, progress_bar};
+use crate::dequantize::FloatType;
+
+/// The arguments of `nnx convert`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A PyTorch checkpoint (`.bin`, `.pt`, `.pth`), a `.safetensors` file, a shard index, a
+    /// folder holding one of them, or an `hf://` path.
+    input: PathBuf,
+    /// The output `.safetensors` file; with `--max-shard-size`, a folder that receives the
+    /// shards and `model.safetensors.index.json`.
+    output: PathBuf,
+    /// Cast every float entry to this dtype; integer and bool entries are never cast.
+    #[arg(long, value_enum)]
+    dtype: Option<FloatType>,
+    /// Start the data on a 16 KiB page and each page-sized entry on a page boundary.
+    #[arg(long)]
+    page_align: bool,
+    /// Write a sharded folder with shards of at most this size: bytes (`1000000`) or a
+    /// size with a unit (`500MB`, `2GB`, `10GiB`).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_shard_size: Option<u64>,
+    /// Keep only the entries named PREFIX or PREFIX.*; their names are kept whole.
+    #[arg(long, value_name = "PREFIX")]
+    select: Option<String>,
+    /// Write entries whose layout repeats their stored elements (a zero stride) into more
+    /// than 16 times their stored bytes plus 64 MiB; such entries are refused by default,
+    /// since a file of a few bytes can describe gigabytes that way.
+    #[arg(long)]
+    allow_expansion: bool,
+}
 
 /// What the flags of `convert` ask for.
-pub struct Options {
+struct Options {
     /// The dtype every float entry is cast to; integer and bool entries are never cast.
-    pub dtype: Option<DType>,
+    dtype: Option<DType>,
     /// Page-align the output.
-    pub page_align: bool,
+    page_align: bool,
     /// Write a sharded folder with shards of at most this many data bytes.
-    pub max_shard_bytes: Option<u64>,
+    max_shard_bytes: Option<u64>,
     /// Keep only the entries named this or under it (`PREFIX.*`), names kept whole.
-    pub select: Option<String>,
+    select: Option<String>,
     /// Write entries whose layout repeats their stored elements past
     /// [`nnx::Tensor::expansion_limit`]; without it they are refused before anything is copied.
-    pub allow_expansion: bool,
+    allow_expansion: bool,
 }
 
 /// Parses a size: plain bytes (`1000000`) or a number with a unit, decimal (`KB`, `MB`, `GB`,
@@ -95,7 +125,19 @@ fn entry_error(input: &Path, name: &str, error: &TensorError) -> CliError {
 }
 
 /// Runs the command; returns the summary line.
-pub fn run(input: &Path, output: &Path, options: &Options) -> Result<String, CliError> {
+pub fn run(args: Args) -> Result<String, CliError> {
+    let options = Options {
+        dtype: args.dtype.map(FloatType::dtype),
+        page_align: args.page_align,
+        max_shard_bytes: args.max_shard_size,
+        select: args.select,
+        allow_expansion: args.allow_expansion,
+    };
+    convert(&local(args.input)?, &args.output, &options)
+}
+
+/// Converts `input` to `output` as `options` ask; returns the summary line.
+fn convert(input: &Path, output: &Path, options: &Options) -> Result<String, CliError> {
     let mut archive = Archive::open(input)?;
     if let Some(prefix) = &options.select {
         let prefix = prefix.trim_end_matches('.');

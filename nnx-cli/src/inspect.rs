@@ -3,11 +3,27 @@
 //! the file and are printed escaped ([`nnx::text::printable`]); the JSON form escapes them as
 //! JSON does.
 
+use std::path::{Path, PathBuf};
+
 use nnx::text::printable;
 use nnx::{Archive, EntryInfo};
 
-/// Lists what `path` holds, as a table or one JSON object.
-pub fn run(path: &std::path::Path, json: bool) -> nnx::Result<String> {
+use crate::common::{CliError, local};
+
+/// The arguments of `nnx inspect`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A `.safetensors` file, a shard index (`*.index.json`), a folder or an `hf://` path.
+    path: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Lists what the path holds, as a table or one JSON object.
+pub fn run(args: Args) -> Result<String, CliError> {
+    let Args { path, json } = args;
+    let path: &Path = &local(path)?;
     let archive = Archive::open(path)?;
     let entries: Vec<EntryInfo> = archive.names().map(|name| archive.info(name)).collect::<nnx::Result<_>>()?;
     let total: usize = entries.iter().map(|entry| entry.bytes).sum();
@@ -55,7 +71,7 @@ pub fn run(path: &std::path::Path, json: bool) -> nnx::Result<String> {
     Ok(out)
 }
 
-fn inspect_json(path: &std::path::Path, archive: &Archive, entries: &[EntryInfo], total: usize) -> String {
+fn inspect_json(path: &Path, archive: &Archive, entries: &[EntryInfo], total: usize) -> String {
     let entries: Vec<serde_json::Value> = entries
         .iter()
         .map(|entry| {

@@ -1,0 +1,110 @@
+//! The `nnx` command line: one module per subcommand. Every command exits 0 on success and 1
+//! with a one-line error on bad input or usage, except `diff`, which exits 0 when its inputs are
+//! equal, 1 when they differ and 2 on error, like `diff`.
+
+mod common;
+mod convert;
+mod dequantize;
+mod diff;
+mod download;
+mod inspect;
+mod quantize;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::common::CliError;
+
+#[derive(Parser)]
+#[command(name = "nnx", version, about = "Inspect and convert model weights")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+// A variant's doc comment is its command's help; the flags are documented on each `Args`.
+#[derive(Subcommand)]
+enum Command {
+    /// List entries (name, dtype, shape, bytes, offsets), metadata and totals.
+    ///
+    /// Every input path may also be a Hub path, `hf://org/name[@revision][/file]`: it is
+    /// downloaded into the shared Hugging Face cache first (or read from it when offline).
+    Inspect(inspect::Args),
+    /// Quantize 2-D float weights (MLX affine Q4/Q8 or SeedLM SEED4/SEED4P4); other entries are
+    /// copied.
+    Quantize(quantize::Args),
+    /// Decode every quantized weight (affine, SEED4, SEED4P4) back to a float `NAME.weight`;
+    /// other entries are copied.
+    Dequantize(dequantize::Args),
+    /// Convert a PyTorch checkpoint or SafeTensors weights to SafeTensors, keeping the metadata.
+    Convert(convert::Args),
+    /// Compare the tensors of two checkpoints of any format: names only in one, dtype or shape
+    /// differences, and the largest difference and the count of differing elements of the
+    /// others. Exits 0 when equal, 1 when different, 2 on error.
+    Diff(diff::Args),
+    /// Download a model from the Hugging Face Hub into the shared cache (`HF_HUB_CACHE`,
+    /// `HF_HOME`, `HF_ENDPOINT`, `HF_TOKEN` and `HF_HUB_OFFLINE` as for `huggingface_hub`) and
+    /// print its snapshot folder as the last line.
+    Download(download::Args),
+}
+
+/// Prints `error` as the one `error:` line: its lines joined, and every control character
+/// escaped, since messages quote names, metadata and server replies that came from outside.
+fn print_error(error: &CliError) {
+    eprintln!("error: {}", nnx::text::printable(&error.to_string().replace('\n', "; ")));
+}
+
+/// A command's output with control characters escaped line by line: the commands escape what
+/// they quote from files, and this keeps any text they missed from acting on the terminal.
+fn printable_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (line, newline) = line.strip_suffix('\n').map_or((line, ""), |line| (line, "\n"));
+        out.push_str(&nnx::text::printable(line));
+        out.push_str(newline);
+    }
+    out
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // `diff` reports trouble with 2, so that 1 always means "different".
+            let trouble = if std::env::args_os().nth(1).is_some_and(|command| command == "diff") { 2 } else { 1 };
+            let code = if error.use_stderr() { trouble } else { 0 };
+            let _ = error.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(args),
+        Command::Quantize(args) => quantize::run(args),
+        Command::Dequantize(args) => dequantize::run(args),
+        Command::Download(args) => download::run(args),
+        Command::Convert(args) => convert::run(args),
+        Command::Diff(args) => {
+            return match diff::run(args) {
+                Ok((text, equal)) => {
+                    print!("{}", printable_lines(&text));
+                    ExitCode::from(if equal { 0 } else { 1 })
+                }
+                Err(error) => {
+                    print_error(&error);
+                    ExitCode::from(2)
+                }
+            };
+        }
+    };
+    match result {
+        Ok(text) => {
+            print!("{}", printable_lines(&text));
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            print_error(&error);
+            ExitCode::from(1)
+        }
+    }
+}
