@@ -45,12 +45,12 @@ pub use nnx_core::Compute;
 /// The GPU device: one wgpu adapter.
 #[cfg(feature = "gpu")]
 pub use nnx_core::Gpu;
-pub use nnx_core::{DType, Device, Element, Host, ModuleOn, OnDevice, Place, Placement, Placer, Tensor, UnknownDType};
+pub use nnx_core::{DType, Device, Element, Host, OnDevice, Place, Placement, Placer, Tensor, UnknownDType};
 
 // Modules: the trait, its walk, and what the walk reports.
 pub use nnx_core::{
-    FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, PathStep, Split, TensorSlot, Visitor, VisitorMut,
-    for_each_entry, for_each_entry_mut,
+    FieldInfo, ImportOp, ImportRule, Module, PathStep, Split, TensorSlot, Visitor, VisitorMut, for_each_entry,
+    for_each_entry_mut,
 };
 
 // State dicts and loads.
@@ -91,10 +91,6 @@ pub use nnx_core::Error as TensorError;
 pub use nnx_io::Error;
 /// `Result` with [`Error`].
 pub use nnx_io::Result;
-
-/// The former names of renamed items, kept so that existing code compiles.
-#[allow(deprecated)]
-pub use nnx_core::{Entry, Field, Op, Step};
 
 #[doc(hidden)]
 pub use nnx_core::__private;

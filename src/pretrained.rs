@@ -9,8 +9,8 @@ use std::path::Path;
 use nnx_io::fs::{TargetFolder, copy_synced, restore_folder, sync_folder, temporary_target, write_atomic};
 
 use crate::{
-    Archive, ConfigProblem, DType, Error, Host, ImportReport, Module, ModuleOn, Result, SaveOptions, Tensor,
-    for_each_entry, for_each_entry_mut,
+    Archive, ConfigProblem, DType, Error, ImportReport, Module, Result, SaveOptions, Tensor, for_each_entry,
+    for_each_entry_mut,
 };
 
 /// The configuration file of a pretrained folder.
@@ -109,7 +109,7 @@ pub struct PretrainedOptions {
 /// # std::fs::remove_dir_all(&dir)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub trait Pretrained: Module + ModuleOn<Host> + Sized {
+pub trait Pretrained: Module + Sized {
     /// The configuration, read from and written to `config.json`. It must serialize to a JSON
     /// object; fields it does not know are ignored when reading unless it keeps them (as the
     /// configurations of [`crate::models`] do, in a `#[serde(flatten)]` map).
@@ -551,12 +551,12 @@ fn load<M: Pretrained>(dir: &Path) -> Result<M> {
 /// # Errors
 /// [`Error::Load`] listing every problem, or the error of reading a shard.
 #[cfg_attr(not(feature = "text"), allow(dead_code))]
-pub(crate) fn load_weights<M: Module + ModuleOn<Host>>(archive: &Archive, model: &mut M) -> Result<ImportReport> {
+pub(crate) fn load_weights<M: Module>(archive: &Archive, model: &mut M) -> Result<ImportReport> {
     let own = in_model_names(model, archive);
     load_layout(archive, model, own)
 }
 
-fn load_layout<M: Module + ModuleOn<Host>>(archive: &Archive, model: &mut M, own: bool) -> Result<ImportReport> {
+fn load_layout<M: Module>(archive: &Archive, model: &mut M, own: bool) -> Result<ImportReport> {
     if own {
         load_own(archive, model)?;
         Ok(ImportReport::default())

@@ -35,11 +35,9 @@ pub use error::{
 pub use gpu::Gpu;
 #[cfg(feature = "kernels")]
 pub use kernels::fused;
-#[allow(deprecated)]
-pub use module::{Entry, Field, Step};
 pub use module::{
-    FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, ModuleOn, Op, PathStep, Place, Placer, Split, TensorSlot,
-    Visitor, VisitorMut, for_each_entry, for_each_entry_mut, for_each_entry_on, for_each_entry_on_mut,
+    FieldInfo, ImportOp, ImportRule, Module, PathStep, Place, Placer, Split, TensorSlot, Visitor, VisitorMut,
+    for_each_entry, for_each_entry_mut,
 };
 pub use state::{FlatStateDict, LoadOptions, LoadReport, StateDict, StateNode, TensorSpec, module_specs};
 pub use storage::ByteSource;
@@ -56,13 +54,10 @@ pub mod __private {
     pub use crate::error::Result;
     pub use crate::module::short_type_name;
     pub use crate::module::{
-        FieldInfo, HoldsTensors, ImportOp, ImportRule, Module, ModuleOn, PathStep, Place, Placer, Split, TensorSlot,
-        Visitor, VisitorMut, for_each_entry, for_each_entry_mut, for_each_entry_on, for_each_entry_on_mut,
+        FieldInfo, ImportOp, ImportRule, Module, PathStep, Place, Placer, Split, TensorSlot, Visitor, VisitorMut,
+        for_each_entry, for_each_entry_mut,
     };
     pub use crate::state::{compare_specs, join, suggest, under_prefix};
     pub use crate::table::render_columns;
     pub use core::option::Option::{None, Some};
-
-    /// Compile-time check that a field with import attributes can hold tensors.
-    pub const fn assert_holds_tensors<T: HoldsTensors + ?Sized>() {}
 }

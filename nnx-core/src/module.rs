@@ -87,30 +87,43 @@ pub trait VisitorMut<D: Device = Host> {
     fn leave(&mut self);
 }
 
-/// A value made of named tensors: a model, a layer, an optimizer state, or a single tensor.
+/// A value made of named tensors on the device `D` (the host unless said otherwise): a model, a
+/// layer, an optimizer state, or a single tensor.
 ///
-/// Derive it with `#[derive(Module)]`; the derive writes the two walks and nothing else.
-/// Everything a module can do is a provided method built on them.
+/// Derive it with `#[derive(Module)]`; the derive writes the walk and nothing else. Everything a
+/// module can do is a visitor over that walk: the state-dict methods below (on host modules),
+/// imports, archives and placement. A struct with a device parameter
+/// (`struct Mlp<D: Device = Host>`) is a module on every device; one without is a host module.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a Module, so `#[derive(Module)]` cannot walk this field",
     label = "not a Module: add `#[nnx(skip)]` if this field is configuration, or derive `Module` for its type",
     note = "fields are walked when they are `Tensor`, a `#[derive(Module)]` type, an nnx layer, or a `Vec`, array, `Option` or `Box` of those"
 )]
-pub trait Module: ModuleOn<Host> {
+pub trait Module<D: Device = Host> {
+    /// Whether a value of this type can hold a tensor: false for a module whose fields are all
+    /// skipped, which import attributes then have nothing to act on.
+    const HOLDS_TENSORS: bool = true;
+
     /// Visits every tensor in declaration order.
-    fn walk(&self, visitor: &mut dyn Visitor);
+    fn walk(&self, visitor: &mut dyn Visitor<D>);
 
     /// Visits every tensor mutably in declaration order.
-    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut);
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut<D>);
 
     /// Every tensor keyed by its path, in walk order. Tensors are shared, not copied.
-    fn flat_state_dict(&self) -> FlatStateDict {
+    fn flat_state_dict(&self) -> FlatStateDict
+    where
+        Self: Module<Host>,
+    {
         state::flat_state_dict(self)
     }
 
     /// The tensors as a tree of dictionaries keyed by path segment, in walk order.
-    fn state_dict(&self) -> StateDict {
-        StateDict::from_flat(&self.flat_state_dict())
+    fn state_dict(&self) -> StateDict
+    where
+        Self: Module<Host>,
+    {
+        StateDict::from_flat(&<Self as Module>::flat_state_dict(self))
     }
 
     /// Partial load: every key the module and `dict` share is replaced by the dict's tensor
@@ -119,7 +132,10 @@ pub trait Module: ModuleOn<Host> {
     /// # Errors
     /// A [`crate::LoadError`] (nothing changed) when a shared key's dtype or shape differs, or
     /// when no key matches at all (use [`Module::load_flat_state_dict_with`] to allow that).
-    fn load_flat_state_dict(&mut self, dict: &FlatStateDict) -> Result<LoadReport> {
+    fn load_flat_state_dict(&mut self, dict: &FlatStateDict) -> Result<LoadReport>
+    where
+        Self: Module<Host>,
+    {
         state::load_flat(self, dict, &LoadOptions::default())
     }
 
@@ -127,7 +143,10 @@ pub trait Module: ModuleOn<Host> {
     ///
     /// # Errors
     /// As [`Module::load_flat_state_dict`].
-    fn load_flat_state_dict_with(&mut self, dict: &FlatStateDict, options: &LoadOptions) -> Result<LoadReport> {
+    fn load_flat_state_dict_with(&mut self, dict: &FlatStateDict, options: &LoadOptions) -> Result<LoadReport>
+    where
+        Self: Module<Host>,
+    {
         state::load_flat(self, dict, options)
     }
 
@@ -137,7 +156,10 @@ pub trait Module: ModuleOn<Host> {
     /// # Errors
     /// A [`crate::LoadError`] listing missing and unexpected keys (with did-you-mean
     /// suggestions) and dtype and shape mismatches.
-    fn load_flat_state_dict_strict(&mut self, dict: &FlatStateDict) -> Result<()> {
+    fn load_flat_state_dict_strict(&mut self, dict: &FlatStateDict) -> Result<()>
+    where
+        Self: Module<Host>,
+    {
         state::load_flat_strict(self, dict)
     }
 
@@ -145,16 +167,22 @@ pub trait Module: ModuleOn<Host> {
     ///
     /// # Errors
     /// As [`Module::load_flat_state_dict`].
-    fn load_state_dict(&mut self, dict: &StateDict) -> Result<LoadReport> {
-        self.load_flat_state_dict(&dict.to_flat())
+    fn load_state_dict(&mut self, dict: &StateDict) -> Result<LoadReport>
+    where
+        Self: Module<Host>,
+    {
+        <Self as Module>::load_flat_state_dict(self, &dict.to_flat())
     }
 
     /// [`Module::load_flat_state_dict_strict`] from a nested dict.
     ///
     /// # Errors
     /// As [`Module::load_flat_state_dict_strict`].
-    fn load_state_dict_strict(&mut self, dict: &StateDict) -> Result<()> {
-        self.load_flat_state_dict_strict(&dict.to_flat())
+    fn load_state_dict_strict(&mut self, dict: &StateDict) -> Result<()>
+    where
+        Self: Module<Host>,
+    {
+        <Self as Module>::load_flat_state_dict_strict(self, &dict.to_flat())
     }
 
     /// The module's type name without its module path, for messages.
@@ -172,20 +200,24 @@ pub fn short_type_name(full: &'static str) -> &'static str {
     }
 }
 
+// Every impl of `Module` is marked `do_not_recommend`: a missing impl is then reported for the
+// type the user wrote (`usize`, not `Vec<usize>`), and compile errors do not list whichever
+// types happen to implement the trait.
+
 #[diagnostic::do_not_recommend]
-impl Module for Tensor {
-    fn walk(&self, visitor: &mut dyn Visitor) {
+impl<D: Device> Module<D> for Tensor<D> {
+    fn walk(&self, visitor: &mut dyn Visitor<D>) {
         visitor.tensor(self);
     }
 
-    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
         visitor.tensor(self);
     }
 }
 
 /// Walks a sequence, each element under its index.
-fn walk_items<'a, M: Module + 'a>(items: impl Iterator<Item = &'a M>, visitor: &mut dyn Visitor) {
-    for (index, item) in items.enumerate() {
+fn walk_items<D: Device, M: Module<D>>(items: &[M], visitor: &mut dyn Visitor<D>) {
+    for (index, item) in items.iter().enumerate() {
         visitor.enter(PathStep::Index(index));
         item.walk(visitor);
         visitor.leave();
@@ -193,8 +225,8 @@ fn walk_items<'a, M: Module + 'a>(items: impl Iterator<Item = &'a M>, visitor: &
 }
 
 /// Walks a sequence mutably, each element under its index.
-fn walk_items_mut<'a, M: Module + 'a>(items: impl Iterator<Item = &'a mut M>, visitor: &mut dyn VisitorMut) {
-    for (index, item) in items.enumerate() {
+fn walk_items_mut<D: Device, M: Module<D>>(items: &mut [M], visitor: &mut dyn VisitorMut<D>) {
+    for (index, item) in items.iter_mut().enumerate() {
         visitor.enter(PathStep::Index(index));
         item.walk_mut(visitor);
         visitor.leave();
@@ -202,36 +234,42 @@ fn walk_items_mut<'a, M: Module + 'a>(items: impl Iterator<Item = &'a mut M>, vi
 }
 
 #[diagnostic::do_not_recommend]
-impl<M: Module> Module for Vec<M> {
-    fn walk(&self, visitor: &mut dyn Visitor) {
-        walk_items(self.iter(), visitor);
+impl<D: Device, M: Module<D>> Module<D> for Vec<M> {
+    const HOLDS_TENSORS: bool = M::HOLDS_TENSORS;
+
+    fn walk(&self, visitor: &mut dyn Visitor<D>) {
+        walk_items(self, visitor);
     }
 
-    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        walk_items_mut(self.iter_mut(), visitor);
-    }
-}
-
-#[diagnostic::do_not_recommend]
-impl<M: Module, const N: usize> Module for [M; N] {
-    fn walk(&self, visitor: &mut dyn Visitor) {
-        walk_items(self.iter(), visitor);
-    }
-
-    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        walk_items_mut(self.iter_mut(), visitor);
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
+        walk_items_mut(self, visitor);
     }
 }
 
 #[diagnostic::do_not_recommend]
-impl<M: Module> Module for Option<M> {
-    fn walk(&self, visitor: &mut dyn Visitor) {
+impl<D: Device, M: Module<D>, const N: usize> Module<D> for [M; N] {
+    const HOLDS_TENSORS: bool = M::HOLDS_TENSORS;
+
+    fn walk(&self, visitor: &mut dyn Visitor<D>) {
+        walk_items(self, visitor);
+    }
+
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
+        walk_items_mut(self, visitor);
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<D: Device, M: Module<D>> Module<D> for Option<M> {
+    const HOLDS_TENSORS: bool = M::HOLDS_TENSORS;
+
+    fn walk(&self, visitor: &mut dyn Visitor<D>) {
         if let Some(inner) = self {
             inner.walk(visitor);
         }
     }
 
-    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
         if let Some(inner) = self {
             inner.walk_mut(visitor);
         }
@@ -239,40 +277,17 @@ impl<M: Module> Module for Option<M> {
 }
 
 #[diagnostic::do_not_recommend]
-impl<M: Module + ?Sized> Module for Box<M> {
-    fn walk(&self, visitor: &mut dyn Visitor) {
+impl<D: Device, M: Module<D> + ?Sized> Module<D> for Box<M> {
+    const HOLDS_TENSORS: bool = M::HOLDS_TENSORS;
+
+    fn walk(&self, visitor: &mut dyn Visitor<D>) {
         (**self).walk(visitor);
     }
 
-    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
         (**self).walk_mut(visitor);
     }
 }
-
-/// Types that can hold tensors, so that import attributes (`transpose`, `split`, `dtype`,
-/// `from`, `tie`, `optional`) have something to act on. The derive implements it for every
-/// struct with at least one walked field.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` holds no tensors, so import attributes on this field have nothing to act on",
-    label = "this field holds no tensors",
-    note = "import attributes (`from`, `transpose`, `split`, `tie`, `optional`, `dtype`) apply to fields holding tensors: `Tensor`, a `#[derive(Module)]` struct with walked fields, or `Vec`/array/`Option`/`Box` of them"
-)]
-pub trait HoldsTensors {}
-
-// Every impl of `Module` and `HoldsTensors` is marked `do_not_recommend`: a missing impl is then
-// reported for the type the user wrote (`usize`, not `Vec<usize>`), and compile errors do not
-// list whichever types happen to implement the traits.
-
-#[diagnostic::do_not_recommend]
-impl HoldsTensors for Tensor {}
-#[diagnostic::do_not_recommend]
-impl<M: HoldsTensors> HoldsTensors for Vec<M> {}
-#[diagnostic::do_not_recommend]
-impl<M: HoldsTensors, const N: usize> HoldsTensors for [M; N] {}
-#[diagnostic::do_not_recommend]
-impl<M: HoldsTensors> HoldsTensors for Option<M> {}
-#[diagnostic::do_not_recommend]
-impl<M: HoldsTensors + ?Sized> HoldsTensors for Box<M> {}
 
 /// One import operation on the way from a source entry to a model tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -448,135 +463,17 @@ impl<D: Device, F: FnMut(TensorSlot<'_>, &mut Tensor<D>)> VisitorMut<D> for Slot
 /// for_each_entry(&layer, |entry, _| names.push(entry.name.to_string()));
 /// assert_eq!(names, ["weight", "bias"]);
 /// ```
-pub fn for_each_entry<M: Module + ?Sized>(module: &M, f: impl FnMut(TensorSlot<'_>, &Tensor)) {
+pub fn for_each_entry<D: Device, M: Module<D> + ?Sized>(module: &M, f: impl FnMut(TensorSlot<'_>, &Tensor<D>)) {
     module.walk(&mut SlotVisitor { tracker: PathTracker::default(), f });
 }
 
 /// Calls `f` with the [`TensorSlot`] and a mutable tensor of every tensor of `module`, in walk order.
-pub fn for_each_entry_mut<M: Module + ?Sized>(module: &mut M, f: impl FnMut(TensorSlot<'_>, &mut Tensor)) {
-    module.walk_mut(&mut SlotVisitor { tracker: PathTracker::default(), f });
-}
-
-/// [`for_each_entry`] for a module on any device.
-pub fn for_each_entry_on<D: Device, M: ModuleOn<D> + ?Sized>(module: &M, f: impl FnMut(TensorSlot<'_>, &Tensor<D>)) {
-    module.walk_on(&mut SlotVisitor { tracker: PathTracker::default(), f });
-}
-
-/// [`for_each_entry_mut`] for a module on any device.
-pub fn for_each_entry_on_mut<D: Device, M: ModuleOn<D> + ?Sized>(
+pub fn for_each_entry_mut<D: Device, M: Module<D> + ?Sized>(
     module: &mut M,
     f: impl FnMut(TensorSlot<'_>, &mut Tensor<D>),
 ) {
-    module.walk_on_mut(&mut SlotVisitor { tracker: PathTracker::default(), f });
+    module.walk_mut(&mut SlotVisitor { tracker: PathTracker::default(), f });
 }
-
-/// The walk of a module whose tensors live on the device `D`: what imports onto a device read
-/// and write. The derive implements it for every struct: for `D = Host` beside [`Module`], and
-/// for every device when the struct has a device parameter (`struct Mlp<D: Device = Host>`).
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` has no walk over tensors on `{D}`",
-    label = "not a module on `{D}`",
-    note = "derive `Module`; for a model on a GPU, give the struct a device parameter (`struct M<D: Device = Host> {{ w: Tensor<D> }}`) and `place` it"
-)]
-pub trait ModuleOn<D: Device> {
-    /// Visits every tensor in declaration order.
-    fn walk_on(&self, visitor: &mut dyn Visitor<D>);
-
-    /// Visits every tensor mutably in declaration order.
-    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>);
-}
-
-#[diagnostic::do_not_recommend]
-impl<D: Device> ModuleOn<D> for Tensor<D> {
-    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
-        visitor.tensor(self);
-    }
-
-    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
-        visitor.tensor(self);
-    }
-}
-
-/// Walks a sequence on any device, each element under its index.
-fn walk_on_items<D: Device, M: ModuleOn<D>>(items: &[M], visitor: &mut dyn Visitor<D>) {
-    for (index, item) in items.iter().enumerate() {
-        visitor.enter(PathStep::Index(index));
-        item.walk_on(visitor);
-        visitor.leave();
-    }
-}
-
-/// Walks a sequence on any device mutably, each element under its index.
-fn walk_on_items_mut<D: Device, M: ModuleOn<D>>(items: &mut [M], visitor: &mut dyn VisitorMut<D>) {
-    for (index, item) in items.iter_mut().enumerate() {
-        visitor.enter(PathStep::Index(index));
-        item.walk_on_mut(visitor);
-        visitor.leave();
-    }
-}
-
-#[diagnostic::do_not_recommend]
-impl<D: Device, M: ModuleOn<D>> ModuleOn<D> for Vec<M> {
-    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
-        walk_on_items(self, visitor);
-    }
-
-    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
-        walk_on_items_mut(self, visitor);
-    }
-}
-
-#[diagnostic::do_not_recommend]
-impl<D: Device, M: ModuleOn<D>, const N: usize> ModuleOn<D> for [M; N] {
-    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
-        walk_on_items(self, visitor);
-    }
-
-    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
-        walk_on_items_mut(self, visitor);
-    }
-}
-
-#[diagnostic::do_not_recommend]
-impl<D: Device, M: ModuleOn<D>> ModuleOn<D> for Option<M> {
-    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
-        if let Some(inner) = self {
-            inner.walk_on(visitor);
-        }
-    }
-
-    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
-        if let Some(inner) = self {
-            inner.walk_on_mut(visitor);
-        }
-    }
-}
-
-#[diagnostic::do_not_recommend]
-impl<D: Device, M: ModuleOn<D> + ?Sized> ModuleOn<D> for Box<M> {
-    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
-        (**self).walk_on(visitor);
-    }
-
-    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
-        (**self).walk_on_mut(visitor);
-    }
-}
-
-/// The former name of [`TensorSlot`].
-#[deprecated(note = "renamed to `TensorSlot`")]
-pub type Entry<'a> = TensorSlot<'a>;
-
-/// The former name of [`FieldInfo`].
-#[deprecated(note = "renamed to `FieldInfo`")]
-pub type Field = FieldInfo;
-
-/// The former name of [`PathStep`].
-#[deprecated(note = "renamed to `PathStep`")]
-pub type Step = PathStep;
-
-/// The former name of [`ImportOp`], kept while code still names it.
-pub type Op = ImportOp;
 
 /// Moves a model from the host to a device leaf by leaf: what `model.place(&gpu)` does.
 ///
@@ -651,6 +548,15 @@ impl<To: Device, M: Place<To>> Place<To> for Vec<M> {
     }
 }
 
+impl<To: Device, M: Place<To>, const N: usize> Place<To> for [M; N] {
+    type Placed = [M::Placed; N];
+
+    fn place_with(&self, placer: &mut Placer<'_, To>) -> Result<[M::Placed; N]> {
+        let placed: Vec<M::Placed> = self.iter().map(|item| item.place_with(placer)).collect::<Result<_>>()?;
+        Ok(placed.try_into().unwrap_or_else(|_| unreachable!("one placed item per item")))
+    }
+}
+
 impl<To: Device, M: Place<To>> Place<To> for Option<M> {
     type Placed = Option<M::Placed>;
 
@@ -670,6 +576,44 @@ impl<To: Device, M: Place<To>> Place<To> for Box<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nn::Linear;
+
+    /// Every container of layers, on any device.
+    #[derive(Clone, Debug, nnx_derive::Module)]
+    #[nnx(crate = "crate")]
+    struct Stack<D: Device = Host> {
+        layers: [Linear<D>; 2],
+        rest: Vec<Linear<D>>,
+        head: Option<Box<Linear<D>>>,
+        #[nnx(skip)]
+        name: String,
+    }
+
+    fn names<D: Device>(module: &impl Module<D>) -> Vec<String> {
+        let mut names = Vec::new();
+        for_each_entry(module, |slot, _| names.push(slot.name.to_string()));
+        names
+    }
+
+    #[test]
+    fn containers_walk_load_and_place_alike() {
+        let layer = |bias| Linear::builder(2, 2).bias(bias).build();
+        let mut stack = Stack {
+            layers: [layer(true), layer(false)],
+            rest: vec![layer(false)],
+            head: Some(Box::new(layer(true))),
+            name: "stack".to_string(),
+        };
+        let expected =
+            ["layers.0.weight", "layers.0.bias", "layers.1.weight", "rest.0.weight", "head.weight", "head.bias"];
+        assert_eq!(names(&stack), expected);
+        let dict = stack.flat_state_dict();
+        stack.load_flat_state_dict_strict(&dict).unwrap();
+
+        let placed: Stack = stack.place(&Host).unwrap();
+        assert_eq!(names(&placed), expected);
+        assert_eq!(placed.name, "stack");
+    }
 
     #[test]
     fn short_names_drop_the_path() {

@@ -55,17 +55,6 @@ impl Init {
             other => other,
         }
     }
-
-    /// A different but reproducible seed for a sub-part numbered `salt`: meta and zeros are
-    /// unchanged. Prefer [`Init::at`], which needs no numbering.
-    #[deprecated(note = "use `Init::at` with the part's path, which needs no hand-picked salt")]
-    #[must_use]
-    pub fn fork(self, salt: u64) -> Init {
-        match self {
-            Init::Seeded(seed) => Init::Seeded(splitmix(seed ^ splitmix(salt.wrapping_add(0x5851_f42d_4c95_7f2d)))),
-            other => other,
-        }
-    }
 }
 
 /// The seed of the tensor at `path` (a dotted model path such as `h.0.attn.q.weight`) under
@@ -207,17 +196,6 @@ impl Linear {
         LinearBuilder { in_features, out_features, bias: true, dtype: DType::F32, init: Init::Zeros }
     }
 
-    /// Shorthand for [`Linear::builder`] with every option given.
-    ///
-    /// # Panics
-    /// When `init` is [`Init::Seeded`] and `dtype` is not a float dtype.
-    #[deprecated(
-        note = "use `Linear::builder(in_features, out_features)`, naming only the options that differ from the defaults"
-    )]
-    pub fn new(in_features: usize, out_features: usize, bias: bool, dtype: DType, init: Init) -> Linear {
-        Linear::builder(in_features, out_features).bias(bias).dtype(dtype).init(init).build()
-    }
-
     /// The input width.
     pub fn in_features(&self) -> usize {
         self.weight.shape().get(1).copied().unwrap_or(0)
@@ -280,17 +258,6 @@ impl Embedding {
     /// A builder for a table of `num_embeddings` rows of width `embedding_dim`.
     pub fn builder(num_embeddings: usize, embedding_dim: usize) -> EmbeddingBuilder {
         EmbeddingBuilder { num_embeddings, embedding_dim, dtype: DType::F32, init: Init::Zeros }
-    }
-
-    /// Shorthand for [`Embedding::builder`] with every option given.
-    ///
-    /// # Panics
-    /// When `init` is [`Init::Seeded`] and `dtype` is not a float dtype.
-    #[deprecated(
-        note = "use `Embedding::builder(num_embeddings, embedding_dim)`, naming only the options that differ from the defaults"
-    )]
-    pub fn new(num_embeddings: usize, embedding_dim: usize, dtype: DType, init: Init) -> Embedding {
-        Embedding::builder(num_embeddings, embedding_dim).dtype(dtype).init(init).build()
     }
 }
 
@@ -361,12 +328,6 @@ impl LayerNorm {
     pub fn builder(dim: usize) -> LayerNormBuilder {
         LayerNormBuilder { dim, bias: true, eps: 1e-5, dtype: DType::F32, init: Init::Zeros }
     }
-
-    /// Shorthand for [`LayerNorm::builder`] with every option given.
-    #[deprecated(note = "use `LayerNorm::builder(dim)`, naming only the options that differ from the defaults")]
-    pub fn new(dim: usize, bias: bool, eps: f32, dtype: DType, init: Init) -> LayerNorm {
-        LayerNorm::builder(dim).bias(bias).eps(eps).dtype(dtype).init(init).build()
-    }
 }
 
 /// Root-mean-square normalisation over the last axis with a learned scale (`weight`).
@@ -419,12 +380,6 @@ impl RmsNorm {
     /// A builder for a norm over `dim` features.
     pub fn builder(dim: usize) -> RmsNormBuilder {
         RmsNormBuilder { dim, eps: 1e-6, dtype: DType::F32, init: Init::Zeros }
-    }
-
-    /// Shorthand for [`RmsNorm::builder`] with every option given.
-    #[deprecated(note = "use `RmsNorm::builder(dim)`, naming only the options that differ from the defaults")]
-    pub fn new(dim: usize, eps: f32, dtype: DType, init: Init) -> RmsNorm {
-        RmsNorm::builder(dim).eps(eps).dtype(dtype).init(init).build()
     }
 }
 

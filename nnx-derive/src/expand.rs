@@ -1,4 +1,5 @@
-//! Emits the `Module` and `HoldsTensors` impls of a checked input. Only tokens are produced here.
+//! Emits the `Module` impl (the walk) of a checked input, and `Place` for a struct with a device
+//! parameter. Only tokens are produced here.
 
 use std::collections::HashSet;
 
@@ -36,14 +37,26 @@ pub fn crate_path(container: &Container<'_>) -> TokenStream {
 }
 
 fn impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
-    match device_param(container) {
-        Some(device) => device_impls(container, krate, device),
-        None => module_impls(container, krate),
+    let private = quote!(#krate::__private);
+    let device = device_param(container);
+    let module = module_impl(container, &private, device);
+    let (place, inherent) = match device {
+        Some(device) => place_impls(container, &private, device),
+        None => (TokenStream::new(), TokenStream::new()),
+    };
+    quote! {
+        #[allow(unused_qualifications, clippy::all)]
+        const _: () = {
+            #module
+            #place
+        };
+
+        #inherent
     }
 }
 
 /// The type parameter bounded by `Device` (`struct Mlp<D: Device = Host>`), if any: such a
-/// struct is a module on the host and can be placed on other devices.
+/// struct is a module on every device, and its host instance can be placed on the others.
 fn device_param<'a>(container: &Container<'a>) -> Option<&'a Ident> {
     let is_device = |bound: &TypeParamBound| matches!(bound, TypeParamBound::Trait(bound) if bound.path.segments.last().is_some_and(|last| last.ident == "Device"));
     let in_where = |ident: &Ident| {
@@ -99,11 +112,97 @@ fn substitute_in(ty: &mut Type, param: &Ident, with: &Type) {
     }
 }
 
-/// The impls of a struct with a device parameter `D`: `Module` (and `HoldsTensors`) for the
-/// host instance `S<Host>`, and `Place<To>` with an inherent `place` that turns `S<Host>` into
-/// `S<To>` leaf by leaf, cloning skipped fields.
-fn device_impls(container: &Container<'_>, krate: &TokenStream, device: &Ident) -> TokenStream {
-    let private = quote!(#krate::__private);
+/// The one walk: `Module<D>` for a struct with a device parameter `D` (a module on every
+/// device), `Module` (on the host) for any other. Beside it, one constant per field with import
+/// attributes asserting that the field can hold tensors, so that the mistake is reported at
+/// the field.
+fn module_impl(container: &Container<'_>, private: &TokenStream, device: Option<&Ident>) -> TokenStream {
+    let ident = container.ident;
+    let params: HashSet<&Ident> = container.generics.type_params().map(|param| &param.ident).collect();
+    let walked: Vec<&Field<'_>> = container.fields.iter().filter(|field| field.is_walked()).collect();
+    let (module, on) = match device {
+        Some(device) => (quote!(#private::Module<#device>), quote!(#device)),
+        None => (quote!(#private::Module), quote!(#private::Host)),
+    };
+
+    let mut generics = container.generics.clone();
+    let where_clause = generics.make_where_clause();
+    for field in walked.iter().filter(|field| mentions(field.ty, &params)) {
+        let ty = field.ty;
+        where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: #module));
+    }
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+
+    // In a struct without generics (the device aside) each field type is checked on the host
+    // by a constant beside the impl, at compile time; in a generic one, where a field type may
+    // name a parameter, it is checked in the walk, when the impl is used.
+    let host: Type = syn::parse_quote!(#private::Host);
+    let generic = container
+        .generics
+        .params
+        .iter()
+        .any(|param| !matches!(param, syn::GenericParam::Type(ty) if Some(&ty.ident) == device));
+    let (mut static_checks, mut generic_checks) = (Vec::new(), Vec::new());
+    for field in walked.iter().filter(|field| field.attrs.has_import_rule()) {
+        let ty = field.ty;
+        let on_host = match device {
+            Some(device) => substitute(ty, device, &host),
+            None => ty.clone(),
+        };
+        let message = quote! {
+            ::core::concat!(
+                "`", ::core::stringify!(#ty), "` holds no tensors, so import attributes on this field have nothing to act on: ",
+                "they apply to `Tensor`, a module with walked fields, or a `Vec`, array, `Option` or `Box` of those",
+            )
+        };
+        if generic {
+            generic_checks.push(quote_spanned!(ty.span()=>
+                const { ::core::assert!(<#ty as #module>::HOLDS_TENSORS, #message) };
+            ));
+        } else {
+            static_checks.push(quote_spanned!(ty.span()=>
+                const _: () = ::core::assert!(<#on_host as #private::Module>::HOLDS_TENSORS, #message);
+            ));
+        }
+    }
+
+    let steps: Vec<TokenStream> = walked.iter().map(|field| step(field, private)).collect();
+    let walks = walked.iter().zip(&steps).map(|(field, step)| {
+        let (member, ty) = (&field.member, field.ty);
+        let call = quote_spanned!(ty.span()=> <#ty as #module>::walk(&self.#member, __visitor));
+        quote! { __visitor.enter(#step); #call; __visitor.leave(); }
+    });
+    let walks_mut = walked.iter().zip(&steps).map(|(field, step)| {
+        let (member, ty) = (&field.member, field.ty);
+        let call = quote_spanned!(ty.span()=> <#ty as #module>::walk_mut(&mut self.#member, __visitor));
+        quote! { __visitor.enter(#step); #call; __visitor.leave(); }
+    });
+    let visitor = if walked.is_empty() { quote!(_) } else { quote!(__visitor) };
+    let holds_tensors = !walked.is_empty();
+    quote! {
+        #(#static_checks)*
+
+        #[automatically_derived]
+        #[diagnostic::do_not_recommend]
+        impl #impl_generics #module for #ident #ty_generics #where_clause {
+            const HOLDS_TENSORS: ::core::primitive::bool = #holds_tensors;
+
+            fn walk(&self, #visitor: &mut dyn #private::Visitor<#on>) {
+                #(#generic_checks)*
+                #(#walks)*
+            }
+
+            fn walk_mut(&mut self, #visitor: &mut dyn #private::VisitorMut<#on>) {
+                #(#walks_mut)*
+            }
+        }
+    }
+}
+
+/// For a struct with a device parameter `D`: `Place<To>` for the host instance `S<Host>`,
+/// turning it into `S<To>` leaf by leaf and cloning skipped fields, and an inherent `place`
+/// calling it. Returns the trait impl and the inherent impl.
+fn place_impls(container: &Container<'_>, private: &TokenStream, device: &Ident) -> (TokenStream, TokenStream) {
     let ident = container.ident;
     let host: Type = syn::parse_quote!(#private::Host);
     let to_ident = Ident::new("__NnxTo", Span::call_site());
@@ -147,48 +246,20 @@ fn device_impls(container: &Container<'_>, krate: &TokenStream, device: &Ident) 
     let on_host = arguments(&host);
     let on_to = arguments(&to);
 
-    let walked: Vec<&Field<'_>> = container.fields.iter().filter(|field| field.is_walked()).collect();
-    let host_types: Vec<Type> = walked.iter().map(|field| substitute(field.ty, device, &host)).collect();
-
-    let mut module_generics = rest.clone();
-    let where_clause = module_generics.make_where_clause();
-    // Type parameters other than the device: a field typed by one (`W::Layer<D>`) is only
-    // known to hold tensors through a bound, as in `module_impls`.
-    let others: HashSet<&Ident> =
-        container.generics.type_params().map(|param| &param.ident).filter(|ident| *ident != device).collect();
-    for (field, ty) in walked.iter().zip(&host_types) {
-        where_clause.predicates.push(syn::parse_quote_spanned!(field.ty.span()=> #ty: #private::Module));
-        if field.attrs.has_import_rule() && mentions(field.ty, &others) {
-            where_clause.predicates.push(syn::parse_quote_spanned!(field.ty.span()=> #ty: #private::HoldsTensors));
-        }
-    }
-    let (impl_generics, _, where_clause) = module_generics.split_for_impl();
-    let assertions = walked
-        .iter()
-        .zip(&host_types)
-        .filter(|(field, _)| field.attrs.has_import_rule())
-        .map(|(field, ty)| quote_spanned!(field.ty.span()=> let _ = #private::assert_holds_tensors::<#ty>;));
-    let holds_tensors = (!walked.is_empty()).then(|| {
-        quote! {
-            #[automatically_derived]
-            #[diagnostic::do_not_recommend]
-            impl #impl_generics #private::HoldsTensors for #ident #on_host #where_clause {}
-        }
-    });
-
-    // Place: every walked field through `Place`, every skipped one cloned.
+    // Every walked field through `Place`, every skipped one cloned.
     let mut place_generics = rest.clone();
     place_generics.params.push(syn::parse_quote!(#to_ident: #private::Device));
     let place_where = place_generics.make_where_clause();
-    for (field, ty) in walked.iter().zip(&host_types) {
-        let placed = substitute(field.ty, device, &to);
-        place_where
-            .predicates
-            .push(syn::parse_quote_spanned!(field.ty.span()=> #ty: #private::Place<#to_ident, Placed = #placed>));
-    }
-    for field in container.fields.iter().filter(|field| !field.is_walked()) {
+    for field in container.fields.iter() {
         let ty = field.ty;
-        place_where.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: ::core::clone::Clone));
+        if field.is_walked() {
+            let (on_host, placed) = (substitute(ty, device, &host), substitute(ty, device, &to));
+            place_where
+                .predicates
+                .push(syn::parse_quote_spanned!(ty.span()=> #on_host: #private::Place<#to_ident, Placed = #placed>));
+        } else {
+            place_where.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: ::core::clone::Clone));
+        }
     }
     let (place_impl, _, place_where) = place_generics.split_for_impl();
     let members = container.fields.iter().map(|field| {
@@ -200,40 +271,18 @@ fn device_impls(container: &Container<'_>, krate: &TokenStream, device: &Ident) 
         }
     });
     let (rest_impl, _, rest_where) = rest.split_for_impl();
-    let placer = if walked.is_empty() { quote!(_) } else { quote!(__placer) };
-    let device_tokens = quote!(#device);
-    let params: HashSet<&Ident> = container.generics.type_params().map(|param| &param.ident).collect();
-    let module_on = module_on_impl(container, &private, container.generics, &device_tokens, |ty| mentions(ty, &params));
-    quote! {
-        #[allow(unused_qualifications, clippy::all)]
-        const _: () = {
-            #[automatically_derived]
-            #[diagnostic::do_not_recommend]
-            impl #impl_generics #private::Module for #ident #on_host #where_clause {
-                fn walk(&self, __visitor: &mut dyn #private::Visitor) {
-                    #(#assertions)*
-                    <Self as #private::ModuleOn<#private::Host>>::walk_on(self, __visitor)
-                }
+    let placer = if container.fields.iter().any(|field| field.is_walked()) { quote!(__placer) } else { quote!(_) };
+    let place = quote! {
+        #[automatically_derived]
+        impl #place_impl #private::Place<#to_ident> for #ident #on_host #place_where {
+            type Placed = #ident #on_to;
 
-                fn walk_mut(&mut self, __visitor: &mut dyn #private::VisitorMut) {
-                    <Self as #private::ModuleOn<#private::Host>>::walk_on_mut(self, __visitor)
-                }
+            fn place_with(&self, #placer: &mut #private::Placer<'_, #to_ident>) -> #private::Result<#ident #on_to> {
+                ::core::result::Result::Ok(#ident { #(#members),* })
             }
-
-            #holds_tensors
-
-            #module_on
-
-            #[automatically_derived]
-            impl #place_impl #private::Place<#to_ident> for #ident #on_host #place_where {
-                type Placed = #ident #on_to;
-
-                fn place_with(&self, #placer: &mut #private::Placer<'_, #to_ident>) -> #private::Result<#ident #on_to> {
-                    ::core::result::Result::Ok(#ident { #(#members),* })
-                }
-            }
-        };
-
+        }
+    };
+    let inherent = quote! {
         #[automatically_derived]
         impl #rest_impl #ident #on_host #rest_where {
             /// This model on the device `to`, leaf by leaf (configuration fields cloned).
@@ -249,140 +298,8 @@ fn device_impls(container: &Container<'_>, krate: &TokenStream, device: &Ident) 
                 #private::Place::place_with(self, &mut #private::Placer::new(to))
             }
         }
-    }
-}
-
-fn module_impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
-    let private = quote!(#krate::__private);
-    let ident = container.ident;
-    let params: HashSet<&Ident> = container.generics.type_params().map(|param| &param.ident).collect();
-    let walked: Vec<&Field<'_>> = container.fields.iter().filter(|field| field.is_walked()).collect();
-
-    let mut generics = container.generics.clone();
-    let where_clause = generics.make_where_clause();
-    for field in walked.iter().filter(|field| mentions(field.ty, &params)) {
-        let ty = field.ty;
-        where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: #private::Module));
-        if field.attrs.has_import_rule() {
-            where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: #private::HoldsTensors));
-        }
-    }
-    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
-
-    let assertions = walked.iter().filter(|field| field.attrs.has_import_rule()).map(|field| {
-        let ty = field.ty;
-        quote_spanned!(ty.span()=> let _ = #private::assert_holds_tensors::<#ty>;)
-    });
-    let steps: Vec<TokenStream> = walked.iter().map(|field| step(field, &private)).collect();
-    let walks = walked.iter().zip(&steps).map(|(field, step)| {
-        let (member, ty) = (&field.member, field.ty);
-        let call = quote_spanned!(field.ty.span()=> <#ty as #private::Module>::walk(&self.#member, __visitor));
-        quote! {
-            __visitor.enter(#step);
-            #call;
-            __visitor.leave();
-        }
-    });
-    let walks_mut = walked.iter().zip(&steps).map(|(field, step)| {
-        let (member, ty) = (&field.member, field.ty);
-        let call = quote_spanned!(field.ty.span()=> <#ty as #private::Module>::walk_mut(&mut self.#member, __visitor));
-        quote! {
-            __visitor.enter(#step);
-            #call;
-            __visitor.leave();
-        }
-    });
-    let visitor = if walked.is_empty() { quote!(_) } else { quote!(__visitor) };
-    let holds_tensors = (!walked.is_empty()).then(|| {
-        quote! {
-            #[automatically_derived]
-            #[diagnostic::do_not_recommend]
-            impl #impl_generics #private::HoldsTensors for #ident #ty_generics #where_clause {}
-        }
-    });
-    // The host walk is the module's walk, so a field that is not a module is reported once.
-    let module_on = quote! {
-        #[automatically_derived]
-        #[diagnostic::do_not_recommend]
-        impl #impl_generics #private::ModuleOn<#private::Host> for #ident #ty_generics #where_clause {
-            fn walk_on(&self, __visitor: &mut dyn #private::Visitor) {
-                <Self as #private::Module>::walk(self, __visitor)
-            }
-
-            fn walk_on_mut(&mut self, __visitor: &mut dyn #private::VisitorMut) {
-                <Self as #private::Module>::walk_mut(self, __visitor)
-            }
-        }
     };
-    quote! {
-        #[allow(unused_qualifications, clippy::all)]
-        const _: () = {
-            #[automatically_derived]
-            #[diagnostic::do_not_recommend]
-            impl #impl_generics #private::Module for #ident #ty_generics #where_clause {
-                fn walk(&self, #visitor: &mut dyn #private::Visitor) {
-                    #(#assertions)*
-                    #(#walks)*
-                }
-
-                fn walk_mut(&mut self, #visitor: &mut dyn #private::VisitorMut) {
-                    #(#walks_mut)*
-                }
-            }
-
-            #holds_tensors
-
-            #module_on
-        };
-    }
-}
-
-/// `ModuleOn<device>` for `ident #ty_generics`: the same walk as `Module`, over tensors on
-/// `device`. `bound` says which field types need a bound (those that mention a parameter).
-fn module_on_impl(
-    container: &Container<'_>,
-    private: &TokenStream,
-    generics: &syn::Generics,
-    device: &TokenStream,
-    bound: impl Fn(&Type) -> bool,
-) -> TokenStream {
-    let ident = container.ident;
-    let walked: Vec<&Field<'_>> = container.fields.iter().filter(|field| field.is_walked()).collect();
-    let mut generics = generics.clone();
-    let (_, ty_generics, _) = container.generics.split_for_impl();
-    let ty_generics = quote!(#ty_generics);
-    let where_clause = generics.make_where_clause();
-    for field in walked.iter().filter(|field| bound(field.ty)) {
-        let ty = field.ty;
-        where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #ty: #private::ModuleOn<#device>));
-    }
-    let (impl_generics, _, where_clause) = generics.split_for_impl();
-    let steps: Vec<TokenStream> = walked.iter().map(|field| step(field, private)).collect();
-    let walks = walked.iter().zip(&steps).map(|(field, step)| {
-        let (member, ty) = (&field.member, field.ty);
-        let call = quote_spanned!(ty.span()=> <#ty as #private::ModuleOn<#device>>::walk_on(&self.#member, __visitor));
-        quote! { __visitor.enter(#step); #call; __visitor.leave(); }
-    });
-    let walks_mut = walked.iter().zip(&steps).map(|(field, step)| {
-        let (member, ty) = (&field.member, field.ty);
-        let call =
-            quote_spanned!(ty.span()=> <#ty as #private::ModuleOn<#device>>::walk_on_mut(&mut self.#member, __visitor));
-        quote! { __visitor.enter(#step); #call; __visitor.leave(); }
-    });
-    let visitor = if walked.is_empty() { quote!(_) } else { quote!(__visitor) };
-    quote! {
-        #[automatically_derived]
-        #[diagnostic::do_not_recommend]
-        impl #impl_generics #private::ModuleOn<#device> for #ident #ty_generics #where_clause {
-            fn walk_on(&self, #visitor: &mut dyn #private::Visitor<#device>) {
-                #(#walks)*
-            }
-
-            fn walk_on_mut(&mut self, #visitor: &mut dyn #private::VisitorMut<#device>) {
-                #(#walks_mut)*
-            }
-        }
-    }
+    (place, inherent)
 }
 
 /// `PathStep::Field(&FieldInfo { .. })` for one field, every part a constant so the reference is

@@ -5,8 +5,8 @@ use proc_macro2::TokenStream;
 use quote::quote;
 use syn::DeriveInput;
 
-/// `Module` and `ModuleOn<Host>` with empty walks and `HoldsTensors`, for any struct, enum or union, without bounds
-/// beyond those the type declares.
+/// `Module` with empty walks, holding tensors as far as import attributes can tell, for any
+/// struct, enum or union, without bounds beyond those the type declares.
 pub fn impls(input: &DeriveInput, krate: &TokenStream) -> TokenStream {
     let private = quote!(#krate::__private);
     let ident = &input.ident;
@@ -21,18 +21,6 @@ pub fn impls(input: &DeriveInput, krate: &TokenStream) -> TokenStream {
 
                 fn walk_mut(&mut self, _: &mut dyn #private::VisitorMut) {}
             }
-
-            #[automatically_derived]
-            #[diagnostic::do_not_recommend]
-            impl #impl_generics #private::ModuleOn<#private::Host> for #ident #ty_generics #where_clause {
-                fn walk_on(&self, _: &mut dyn #private::Visitor) {}
-
-                fn walk_on_mut(&mut self, _: &mut dyn #private::VisitorMut) {}
-            }
-
-            #[automatically_derived]
-            #[diagnostic::do_not_recommend]
-            impl #impl_generics #private::HoldsTensors for #ident #ty_generics #where_clause {}
         };
     }
 }

@@ -7,13 +7,17 @@
 //! # What it generates
 //!
 //! For a struct (named fields, tuple or unit; with any generics), the derive implements
-//! `Module`, whose two walks visit every field not marked `skip`, in declaration order, and
-//! `HoldsTensors` when at least one field is walked. A field is walked when its type is a
-//! `Module`: `Tensor`, another `#[derive(Module)]` type, an nnx layer, or a `Vec`, array,
-//! `Option` or `Box` of those. Any other field needs `#[nnx(skip)]`; without it the compiler
-//! points at the field with a message saying so. Type parameters used by walked fields get a
-//! `Module` bound on the impl, so `struct AdamState<M: Module> { mu: M, nu: M, step: Tensor }`
-//! works as written.
+//! `Module`, whose two walks (shared and mutable) visit every field not marked `skip`, in
+//! declaration order; the struct holds tensors when at least one field is walked. A field is
+//! walked when its type is a `Module`: `Tensor`, another `#[derive(Module)]` type, an nnx layer,
+//! or a `Vec`, array, `Option` or `Box` of those. Any other field needs `#[nnx(skip)]`; without
+//! it the compiler points at the field with a message saying so. Type parameters used by walked
+//! fields get a `Module` bound on the impl, so
+//! `struct AdamState<M: Module> { mu: M, nu: M, step: Tensor }` works as written.
+//!
+//! A struct with a device parameter (`struct Mlp<D: Device = Host> { fc: Linear<D> }`) gets
+//! `Module<D>` for every device instead, and `Place` with an inherent `place` that moves
+//! `Mlp<Host>` onto a device (`mlp.place(&gpu)?`), cloning skipped fields.
 //!
 //! A tensor's name is its path: field names (or `rename`) joined by `.`; a tuple field is named
 //! by its index.
@@ -44,7 +48,8 @@
 //!   `f32`, `c64`, `f64`, `i64`, `u64`.
 //!
 //! The import attributes (`from`, `transpose`, `split`, `tie`, `optional`, `dtype`) need a field
-//! that can hold tensors (`HoldsTensors`); on a `usize` the compiler says so at the field.
+//! that can hold tensors (`Module::HOLDS_TENSORS`); on a `usize`, or on a module whose fields are
+//! all skipped, the compiler says so at the field.
 //!
 //! # Container attributes
 //!
@@ -103,8 +108,8 @@ mod symbol;
 use proc_macro::TokenStream;
 use syn::parse_macro_input;
 
-/// Derives `Module` (and `HoldsTensors`) for a struct; see the crate documentation for the
-/// `#[nnx(...)]` attributes.
+/// Derives `Module` for a struct (and `Place` when it has a device parameter); see the crate
+/// documentation for the `#[nnx(...)]` attributes.
 #[proc_macro_derive(Module, attributes(nnx))]
 pub fn derive_module(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as syn::DeriveInput);

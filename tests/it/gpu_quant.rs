@@ -8,7 +8,7 @@ use nnx::quant::{
     AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, AffineWeight, QuantizedLinear, SeedEncoding, SeedLinear, SeedWeight,
 };
 use nnx::quantized::{EncodedWeight, QuantizedFolder, save_folder};
-use nnx::{Archive, DType, Device, Gpu, Host, Module, ModuleOn, Placement, Tensor};
+use nnx::{Archive, DType, Device, Gpu, Host, Module, Placement, Tensor};
 
 use crate::gpu::gpu;
 use crate::util::fixtures;
@@ -189,9 +189,9 @@ impl<D: Device> nnx::Visitor<D> for Dtypes {
 }
 
 /// The dtype of every tensor of a module on `D`, in walk order.
-fn dtypes<D: Device, M: ModuleOn<D>>(module: &M) -> Vec<DType> {
+fn dtypes<D: Device, M: Module<D>>(module: &M) -> Vec<DType> {
     let mut dtypes = Dtypes(Vec::new());
-    module.walk_on(&mut dtypes);
+    module.walk(&mut dtypes);
     dtypes.0
 }
 

@@ -1,7 +1,7 @@
 //! A named struct using every field attribute; the walk reports what each one records.
 
 use nnx::nn::{Embedding, Init, Linear};
-use nnx::{DType, Module, Op, Split, Tensor};
+use nnx::{DType, ImportOp, Module, Split, Tensor};
 
 #[derive(Module)]
 struct Attention {
@@ -54,12 +54,12 @@ fn main() {
             entry.dtype,
         ))
     });
-    let split = |index| Op::Split(Split { axis: -1, parts: 3, index });
+    let split = |index| ImportOp::Split(Split { axis: -1, parts: 3, index });
     let expected = vec![
         ("wte.weight".to_string(), "wte.weight".to_string(), vec![], None, false, None),
-        ("attn.q.weight".into(), "attn.c_attn.weight".into(), vec![split(0), Op::Transpose], None, false, None),
-        ("attn.k.weight".into(), "attn.c_attn.weight".into(), vec![split(1), Op::Transpose], None, false, None),
-        ("attn.v.weight".into(), "attn.c_attn.weight".into(), vec![split(2), Op::Transpose], None, false, None),
+        ("attn.q.weight".into(), "attn.c_attn.weight".into(), vec![split(0), ImportOp::Transpose], None, false, None),
+        ("attn.k.weight".into(), "attn.c_attn.weight".into(), vec![split(1), ImportOp::Transpose], None, false, None),
+        ("attn.v.weight".into(), "attn.c_attn.weight".into(), vec![split(2), ImportOp::Transpose], None, false, None),
         ("attn.out.weight".into(), "attn.c_proj.inner.weight".into(), vec![], None, false, None),
         ("head.weight".into(), "head.weight".into(), vec![], Some("wte.weight".to_string()), false, None),
         ("mask".into(), "mask".into(), vec![], None, true, Some(DType::Bool)),

@@ -10,7 +10,7 @@ mod shadowed {
     struct Some;
     struct None;
     struct Module;
-    struct HoldsTensors;
+    struct Place;
     trait Visitor {}
     struct usize;
     struct isize;

@@ -11,9 +11,9 @@ use super::check_stream;
 use super::matmul::fused_matmul;
 use super::seed::{SeedEncoding, SeedWeight};
 use crate::error::{Error, Result};
-use crate::module::{FieldInfo, ImportRule, Module, ModuleOn, PathStep, Place, Placer, Visitor, VisitorMut};
+use crate::module::{FieldInfo, ImportRule, Module, PathStep, Place, Placer, Visitor, VisitorMut};
 use crate::nn::Linear;
-use crate::{DType, Device, HoldsTensors, Host, Tensor};
+use crate::{DType, Device, Host, Tensor};
 
 const fn field(name: &'static str) -> FieldInfo {
     FieldInfo { ident: name, segment: name, rule: ImportRule::NONE }
@@ -240,24 +240,9 @@ impl QuantizedLinear {
     }
 }
 
-// The host walk is the device walk on the host, as the derive writes it for device modules.
 #[diagnostic::do_not_recommend]
-impl Module for QuantizedLinear {
-    fn walk(&self, visitor: &mut dyn Visitor) {
-        self.walk_on(visitor);
-    }
-
-    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        self.walk_on_mut(visitor);
-    }
-}
-
-#[diagnostic::do_not_recommend]
-impl HoldsTensors for QuantizedLinear {}
-
-#[diagnostic::do_not_recommend]
-impl<D: Device> ModuleOn<D> for QuantizedLinear<D> {
-    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
+impl<D: Device> Module<D> for QuantizedLinear<D> {
+    fn walk(&self, visitor: &mut dyn Visitor<D>) {
         visit(visitor, &WEIGHT, &self.weight);
         visit(visitor, &SCALES, &self.scales);
         visit(visitor, &BIASES, &self.biases);
@@ -266,7 +251,7 @@ impl<D: Device> ModuleOn<D> for QuantizedLinear<D> {
         }
     }
 
-    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
         visit_mut(visitor, &WEIGHT, &mut self.weight);
         visit_mut(visitor, &SCALES, &mut self.scales);
         visit_mut(visitor, &BIASES, &mut self.biases);
@@ -388,22 +373,8 @@ impl SeedLinear {
 }
 
 #[diagnostic::do_not_recommend]
-impl Module for SeedLinear {
-    fn walk(&self, visitor: &mut dyn Visitor) {
-        self.walk_on(visitor);
-    }
-
-    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        self.walk_on_mut(visitor);
-    }
-}
-
-#[diagnostic::do_not_recommend]
-impl HoldsTensors for SeedLinear {}
-
-#[diagnostic::do_not_recommend]
-impl<D: Device> ModuleOn<D> for SeedLinear<D> {
-    fn walk_on(&self, visitor: &mut dyn Visitor<D>) {
+impl<D: Device> Module<D> for SeedLinear<D> {
+    fn walk(&self, visitor: &mut dyn Visitor<D>) {
         visit(visitor, &SEEDS, &self.weight.seeds);
         let coefficients = if self.weight.encoding == SeedEncoding::Seed4 { &NIBBLES } else { &COEFS };
         visit(visitor, coefficients, &self.weight.coefficients);
@@ -416,7 +387,7 @@ impl<D: Device> ModuleOn<D> for SeedLinear<D> {
         }
     }
 
-    fn walk_on_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
+    fn walk_mut(&mut self, visitor: &mut dyn VisitorMut<D>) {
         visit_mut(visitor, &SEEDS, &mut self.weight.seeds);
         let coefficients = if self.weight.encoding == SeedEncoding::Seed4 { &NIBBLES } else { &COEFS };
         visit_mut(visitor, coefficients, &mut self.weight.coefficients);

@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use nnx_core::__private::{for_each_entry_on, for_each_entry_on_mut};
-use nnx_core::{Device, HookError, ImportOp, ModuleOn, Problem, ProblemKind, ProblemSource, Tensor};
+use nnx_core::{
+    Device, HookError, ImportOp, Module, Problem, ProblemKind, ProblemSource, Tensor, for_each_entry,
+    for_each_entry_mut,
+};
 
 use super::plan::{Action, resolve_axis};
 use super::{HookContext, ImportOptions, ImportReport};
@@ -61,11 +63,7 @@ impl Archive {
     ///
     /// # Errors
     /// As [`Archive::import_into_with`].
-    pub fn import_into<D: Device, M: ModuleOn<D> + ?Sized>(
-        &self,
-        module: &mut M,
-        prefix: &str,
-    ) -> Result<ImportReport> {
+    pub fn import_into<D: Device, M: Module<D> + ?Sized>(&self, module: &mut M, prefix: &str) -> Result<ImportReport> {
         self.import_into_with(module, prefix, &ImportOptions::default())
     }
 
@@ -86,15 +84,15 @@ impl Archive {
     /// # Errors
     /// [`Error::Load`] with every problem (a hook's own error among them, as
     /// [`ProblemKind::HookFailed`]); the error of opening a shard.
-    pub fn import_into_with<D: Device, M: ModuleOn<D> + ?Sized>(
+    pub fn import_into_with<D: Device, M: Module<D> + ?Sized>(
         &self,
         module: &mut M,
         prefix: &str,
         options: &ImportOptions,
     ) -> Result<ImportReport> {
-        let mut plan = self.plan_on(module, prefix, options)?;
+        let mut plan = self.plan(module, prefix, options)?;
         let mut devices: Vec<D> = Vec::with_capacity(plan.rows.len());
-        for_each_entry_on(module, |_, tensor| devices.push(tensor.device().clone()));
+        for_each_entry(module, |_, tensor| devices.push(tensor.device().clone()));
         if !plan.is_valid() {
             return Err(Error::Load(plan.error()));
         }
@@ -186,7 +184,7 @@ impl Archive {
         // of ties; a cycle of ties keeps the values the model has.
         let mut resolved: Vec<Tensor<D>> = Vec::with_capacity(values.len());
         let mut values = values.into_iter();
-        for_each_entry_on(module, |_, tensor| resolved.push(values.next().flatten().unwrap_or_else(|| tensor.clone())));
+        for_each_entry(module, |_, tensor| resolved.push(values.next().flatten().unwrap_or_else(|| tensor.clone())));
         let index: HashMap<&str, usize> =
             plan.rows.iter().enumerate().map(|(at, row)| (row.name.as_str(), at)).collect();
         for at in 0..plan.rows.len() {
@@ -200,7 +198,7 @@ impl Archive {
             resolved[at] = resolved[target].clone();
         }
         let mut resolved = resolved.into_iter();
-        for_each_entry_on_mut(module, |_, tensor| {
+        for_each_entry_mut(module, |_, tensor| {
             if let Some(value) = resolved.next() {
                 *tensor = value;
             }

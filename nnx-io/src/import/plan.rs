@@ -4,12 +4,10 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 
-use nnx_core::__private::{
-    for_each_entry, for_each_entry_on, join, render_columns, short_type_name, suggest, under_prefix,
-};
+use nnx_core::__private::{for_each_entry, join, render_columns, suggest, under_prefix};
 use nnx_core::{
-    DType, Device, ImportOp, LoadAction, LoadError, Module, ModuleOn, OpChain, Problem, ProblemKind, ProblemSource,
-    SourceOp, TensorSlot,
+    DType, Device, ImportOp, LoadAction, LoadError, Module, OpChain, Problem, ProblemKind, ProblemSource, SourceOp,
+    TensorSlot,
 };
 
 use super::{Hook, ImportOptions};
@@ -382,11 +380,13 @@ impl Archive {
     ///
     /// # Errors
     /// Only the error of opening a shard; problems with the mapping are in the plan.
-    pub fn import_plan<M: Module + ?Sized>(&self, module: &M, prefix: &str) -> Result<ImportPlan> {
+    pub fn import_plan<D: Device, M: Module<D> + ?Sized>(&self, module: &M, prefix: &str) -> Result<ImportPlan> {
         self.plan(module, prefix, &ImportOptions::default())
     }
 
-    pub(super) fn plan<M: Module + ?Sized>(
+    /// [`Archive::import_plan`] with options. The plan reads only names, dtypes and shapes,
+    /// which every device's tensors have, so a module on any device is planned alike.
+    pub(super) fn plan<D: Device, M: Module<D> + ?Sized>(
         &self,
         module: &M,
         prefix: &str,
@@ -395,19 +395,6 @@ impl Archive {
         let mut rows = Vec::new();
         for_each_entry(module, |slot, tensor| rows.push(Row::new(&slot, prefix, tensor.dtype(), tensor.shape())));
         self.plan_rows(rows, module.module_name(), prefix, options)
-    }
-
-    /// [`Archive::plan`] for a module on any device: the plan reads only names, dtypes and
-    /// shapes, which every device's tensors have.
-    pub(super) fn plan_on<D: Device, M: ModuleOn<D> + ?Sized>(
-        &self,
-        module: &M,
-        prefix: &str,
-        options: &ImportOptions,
-    ) -> Result<ImportPlan> {
-        let mut rows = Vec::new();
-        for_each_entry_on(module, |slot, tensor| rows.push(Row::new(&slot, prefix, tensor.dtype(), tensor.shape())));
-        self.plan_rows(rows, short_type_name(std::any::type_name::<M>()), prefix, options)
     }
 
     fn plan_rows(&self, mut rows: Vec<Row>, target: &str, prefix: &str, options: &ImportOptions) -> Result<ImportPlan> {

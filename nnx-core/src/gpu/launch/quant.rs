@@ -502,7 +502,7 @@ mod tests {
     use crate::kernels::testing::random;
     use crate::nn::{Init, Linear};
     use crate::quant::{AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, EncodeOptions, pack_seed_codes};
-    use crate::{Error, Host, Module, ModuleOn};
+    use crate::{Error, Host, Module};
 
     /// The bytes of a host tensor.
     fn bytes(tensor: &Tensor) -> Vec<u8> {
@@ -748,9 +748,9 @@ mod tests {
     }
 
     /// The path and dtype of every tensor of a walk.
-    fn entries<D: crate::Device, M: ModuleOn<D>>(module: &M) -> Vec<(String, DType)> {
+    fn entries<D: crate::Device, M: Module<D>>(module: &M) -> Vec<(String, DType)> {
         let mut entries = Vec::new();
-        crate::for_each_entry_on(module, |slot, tensor| entries.push((slot.name.to_string(), tensor.dtype())));
+        crate::for_each_entry(module, |slot, tensor| entries.push((slot.name.to_string(), tensor.dtype())));
         entries
     }
 
