@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use nnx::Archive;
 
 /// A path the user gave: `hf://` paths become the local files of the Hugging Face cache.
 pub fn local(path: PathBuf) -> Result<PathBuf, CliError> {
@@ -12,6 +13,28 @@ pub fn local(path: PathBuf) -> Result<PathBuf, CliError> {
         Some(text) if text.starts_with(nnx::hub::HubPath::SCHEME) => Ok(nnx::hub::local_path(text)?),
         _ => Ok(path),
     }
+}
+
+/// The archive at a path the user gave, and the path to name it by. SafeTensors weights on the
+/// Hub are read where they are, as [`Archive::open`] reads `s3://`: the header, then only the
+/// bytes a command uses, with nothing written to the cache. Other formats, and every `hf://`
+/// path when `HF_HUB_OFFLINE` is set or without the `remote` feature, go through [`local`].
+///
+/// # Errors
+/// What opening or downloading reports, naming the path.
+pub fn open_archive(path: PathBuf) -> Result<(PathBuf, Archive), CliError> {
+    #[cfg(feature = "remote")]
+    if path.to_str().is_some_and(|text| text.starts_with(nnx::hub::HubPath::SCHEME)) && !nnx::hub::offline() {
+        use nnx::{Error, RemoteProblem};
+        match Archive::open(&path) {
+            // Not SafeTensors: the cache can still fetch it and read any format.
+            Err(Error::Remote { problem: RemoteProblem::NotSafeTensors | RemoteProblem::NoWeights, .. }) => {}
+            opened => return Ok((path, opened?)),
+        }
+    }
+    let path = local(path)?;
+    let archive = Archive::open(&path)?;
+    Ok((path, archive))
 }
 
 /// A command's failure, printed as one line after `error: `.

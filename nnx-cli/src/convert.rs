@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use nnx::{Archive, DType, SaveOptions, TensorError};
 
-use crate::common::{CliError, local, progress_bar};
+use crate::common::{CliError, open_archive, progress_bar};
 use crate::dequantize::FloatType;
 
 /// The arguments of `nnx convert`.
@@ -133,12 +133,12 @@ pub fn run(args: Args) -> Result<String, CliError> {
         select: args.select,
         allow_expansion: args.allow_expansion,
     };
-    convert(&local(args.input)?, &args.output, &options)
+    let (input, archive) = open_archive(args.input)?;
+    convert(archive, &input, &args.output, &options)
 }
 
-/// Converts `input` to `output` as `options` ask; returns the summary line.
-fn convert(input: &Path, output: &Path, options: &Options) -> Result<String, CliError> {
-    let mut archive = Archive::open(input)?;
+/// Converts `archive`, read from `input`, to `output` as `options` ask; returns the summary line.
+fn convert(mut archive: Archive, input: &Path, output: &Path, options: &Options) -> Result<String, CliError> {
     if let Some(prefix) = &options.select {
         let prefix = prefix.trim_end_matches('.');
         archive = archive.select(prefix);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use nnx::text::printable;
 use nnx::{Archive, DType, EntryInfo, Tensor};
 
-use crate::common::{CliError, local};
+use crate::common::{CliError, open_archive};
 
 /// The arguments of `nnx diff`.
 #[derive(clap::Args)]
@@ -162,10 +162,6 @@ impl Report {
     }
 }
 
-fn open(path: &Path) -> Result<Archive, CliError> {
-    Ok(Archive::open(path)?)
-}
-
 fn entry_values(archive: &Archive, name: &str, path: &Path) -> Result<Values, CliError> {
     let tensor = archive.try_get(name)?;
     values(&tensor).map_err(|error| CliError(format!("cannot read `{name}` of `{}`: {error}", path.display())))
@@ -174,9 +170,8 @@ fn entry_values(archive: &Archive, name: &str, path: &Path) -> Result<Values, Cl
 /// Runs the command; returns the report and whether the checkpoints are equal.
 pub fn run(args: Args) -> Result<(String, bool), CliError> {
     let Args { a, b, json, atol } = args;
-    let (a_path, b_path) = (&local(a)?, &local(b)?);
-    let a = open(a_path)?;
-    let b = open(b_path)?;
+    let ((a_path, a), (b_path, b)) = (open_archive(a)?, open_archive(b)?);
+    let (a_path, b_path) = (&a_path, &b_path);
     let mut report = Report { only_in_a: Vec::new(), only_in_b: Vec::new(), common: Vec::new() };
     for name in a.names() {
         if !b.contains(name) {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use nnx::text::printable;
 use nnx::{Archive, EntryInfo};
 
-use crate::common::{CliError, local};
+use crate::common::{CliError, open_archive};
 
 /// The arguments of `nnx inspect`.
 #[derive(clap::Args)]
@@ -23,8 +23,8 @@ pub struct Args {
 /// Lists what the path holds, as a table or one JSON object.
 pub fn run(args: Args) -> Result<String, CliError> {
     let Args { path, json } = args;
-    let path: &Path = &local(path)?;
-    let archive = Archive::open(path)?;
+    let (path, archive) = open_archive(path)?;
+    let path: &Path = &path;
     let entries: Vec<EntryInfo> = archive.names().map(|name| archive.info(name)).collect::<nnx::Result<_>>()?;
     let total: usize = entries.iter().map(|entry| entry.bytes).sum();
     if json {

@@ -28,8 +28,9 @@ struct Cli {
 enum Command {
     /// List entries (name, dtype, shape, bytes, offsets), metadata and totals.
     ///
-    /// Every input path may also be a Hub path, `hf://org/name[@revision][/file]`: it is
-    /// downloaded into the shared Hugging Face cache first (or read from it when offline).
+    /// Every input path may also be a Hub path, `hf://org/name[@revision][/file]`: SafeTensors
+    /// weights are read in place with range requests (`inspect`, `diff`, `convert`); other
+    /// formats, and every Hub path when offline, come from the shared Hugging Face cache.
     Inspect(inspect::Args),
     /// Quantize 2-D float weights (MLX affine Q4/Q8 or SeedLM SEED4/SEED4P4); other entries are
     /// copied.

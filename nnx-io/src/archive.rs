@@ -11,100 +11,30 @@ use nnx_core::__private::{compare_specs, for_each_entry, for_each_entry_mut, joi
 use nnx_core::{DType, FlatStateDict, LoadAction, LoadError, Module, Tensor, TensorSpec, module_specs};
 
 use crate::error::{Error, Result, ShardProblem, UnsavableProblem};
-use crate::index::{Shard, ShardIndex, shard_stem};
-use crate::mapped::MappedFile;
+use crate::format::{self, Holds};
+use crate::safetensors::header::Header;
+use crate::safetensors::index::{Shard, ShardIndex};
+use crate::safetensors::mapped::MappedFile;
+use crate::source::{self, DataError, Source, Store};
 use crate::torch;
-
-/// Whether a shard index names PyTorch checkpoints (`pytorch_model.bin.index.json`).
-fn is_torch_index(file_name: &str) -> bool {
-    [".bin.index.json", ".pt.index.json", ".pth.index.json"].iter().any(|end| file_name.ends_with(end))
-}
 
 /// An entry to read, whole or a box of it: one `(start, len)` per stored axis.
 pub(crate) type Want<'a> = (&'a str, Option<Vec<(usize, usize)>>);
 
-/// Where an entry's data is.
+/// Where an entry's data is: the store that holds it and the entry's number there.
 #[derive(Clone)]
-enum Slot {
-    /// A tensor in memory (from a module, or built by hand).
-    Tensor(Tensor),
-    /// Entry `at` of a mapped file.
-    File { file: Arc<MappedFile>, at: usize },
-    /// An entry of a shard that is opened when first needed.
-    Shard(Arc<Shard>),
-    /// Entry `at` of a file in a store, fetched when read.
-    #[cfg(feature = "remote")]
-    Remote { file: Arc<crate::remote::RemoteFile>, at: usize },
+pub(crate) struct Slot {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) at: usize,
 }
 
-/// An entry found in an archive, ready to read.
-#[derive(Clone, Copy)]
-enum Located<'a> {
-    Tensor(&'a Tensor),
-    File(&'a Arc<MappedFile>, usize),
-    #[cfg(feature = "remote")]
-    Remote(&'a Arc<crate::remote::RemoteFile>, usize),
-}
+/// An entry found in an archive, ready to read: its source and its number there.
+type Located<'a> = (&'a dyn Source, usize);
 
-impl Located<'_> {
-    /// The file the entry lies in, for errors about its data; `origin` (the archive's name,
-    /// quoted) for tensors held in memory, such as those of a PyTorch checkpoint.
-    fn path(&self, origin: &str) -> PathBuf {
-        match self {
-            Located::Tensor(_) => PathBuf::from(origin.trim_matches('`')),
-            Located::File(file, _) => file.path.clone(),
-            #[cfg(feature = "remote")]
-            Located::Remote(file, _) => file.url.clone(),
-        }
-    }
-
-    fn spec(&self) -> (DType, &[usize]) {
-        match self {
-            Located::Tensor(tensor) => (tensor.dtype(), tensor.shape()),
-            Located::File(file, at) => {
-                let entry = file.entry(*at);
-                (entry.dtype, &entry.shape)
-            }
-            #[cfg(feature = "remote")]
-            Located::Remote(file, at) => {
-                let entry = &file.header.entries[*at];
-                (entry.dtype, &entry.shape)
-            }
-        }
-    }
-
-    fn tensor(&self) -> Result<Tensor> {
-        match self {
-            Located::Tensor(tensor) => Ok((*tensor).clone()),
-            Located::File(file, at) => file.tensor(*at),
-            #[cfg(feature = "remote")]
-            Located::Remote(file, at) => {
-                remote_tensor(file, *at, &file.header.entries[*at].shape, &file.entry_bytes(*at)?)
-            }
-        }
-    }
-}
-
-/// The box `boxed` of `tensor` (a view), or the tensor when it already has that shape.
-fn narrow_to(mut tensor: Tensor, boxed: Option<&[(usize, usize)]>) -> Result<Tensor> {
-    for (axis, &(start, len)) in boxed.unwrap_or_default().iter().enumerate() {
-        if tensor.shape()[axis] != len {
-            tensor = tensor.narrow(axis, start, len)?;
-        }
-    }
-    Ok(tensor)
-}
-
-/// Fetched bytes of entry `at` (all of it, or a box of `shape`) as an owned tensor of its
-/// dtype.
-#[cfg(feature = "remote")]
-fn remote_tensor(file: &crate::remote::RemoteFile, at: usize, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
-    let entry = &file.header.entries[at];
-    Tensor::from_bytes(entry.dtype, shape, bytes).map_err(|source| Error::Data {
-        path: file.url.clone(),
-        name: entry.name.clone(),
-        source: Box::new(source),
-    })
+/// The file an entry lies in, for errors about its data; `origin` (the archive's name,
+/// quoted) for tensors held in memory, such as those of a PyTorch checkpoint.
+fn data_path(source: &dyn Source, origin: &str) -> PathBuf {
+    source.path().map_or_else(|| PathBuf::from(origin.trim_matches('`')), Path::to_path_buf)
 }
 
 /// Where an entry's bytes lie in a file, for listings.
@@ -160,7 +90,7 @@ pub struct EntryInfo {
 #[derive(Clone, Default)]
 pub struct Archive {
     names: Vec<String>,
-    slots: HashMap<String, Slot>,
+    pub(crate) slots: HashMap<String, Slot>,
     metadata: BTreeMap<String, String>,
     origin: String,
 }
@@ -212,87 +142,34 @@ impl Archive {
         if let Some(url) = path.to_str().filter(|text| crate::remote::is_remote(text)) {
             return Archive::open_remote(url, &crate::remote::RemoteOptions::default());
         }
-        let meta = std::fs::metadata(path).map_err(Error::io("open", path))?;
-        if meta.is_dir() {
-            return Archive::open_folder(path);
-        }
-        if path.extension().is_some_and(|ext| ext == "json") {
-            if path.file_name().and_then(|name| name.to_str()).is_some_and(is_torch_index) {
-                return Archive::open_torch_index(path);
-            }
-            return Archive::open_index(path);
-        }
-        if path.extension().is_none_or(|ext| ext != "safetensors") && torch::is_checkpoint(path)? {
-            return Archive::open_checkpoint(path);
-        }
-        Ok(Archive::from_file(MappedFile::open(path)?))
+        Archive::build(format::detect(path)?)
     }
 
-    /// Opens a SafeTensors file, a shard index or a folder in an object store or on the Hub
-    /// (see [`crate::remote`]): only the headers are fetched, with range requests; entries are
-    /// fetched when read, each read fetching the byte ranges it uses. [`Archive::open`] takes
-    /// the same URLs with [`RemoteOptions::default`](crate::remote::RemoteOptions).
-    ///
-    /// # Errors
-    /// [`Error::Remote`] naming the URL and what failed (404, 403, a timeout), and the header
-    /// and index errors of local files.
-    #[cfg(feature = "remote")]
-    pub fn open_remote(url: &str, options: &crate::remote::RemoteOptions) -> Result<Archive> {
-        crate::remote::open(url, options)
-    }
-
-    /// A remote file's entries.
-    #[cfg(feature = "remote")]
-    pub(crate) fn from_remote_file(file: Arc<crate::remote::RemoteFile>) -> Archive {
-        Archive::from_header(&file.url, &file.header, |at| Slot::Remote { file: file.clone(), at })
-    }
-
-    /// The entries of a remote shard index, each from the shard the index names, which must
-    /// hold it.
-    #[cfg(feature = "remote")]
-    pub(crate) fn from_remote_index(index: &ShardIndex, files: Vec<Arc<crate::remote::RemoteFile>>) -> Result<Archive> {
-        let mut archive = Archive { origin: format!("`{}`", index.path.display()), ..Archive::default() };
-        archive.metadata = index.metadata.clone();
-        let positions: Vec<HashMap<&str, usize>> = files
-            .iter()
-            .map(|file| file.header.entries.iter().enumerate().map(|(at, entry)| (entry.name.as_str(), at)).collect())
-            .collect();
-        for (name, shard) in &index.weight_map {
-            let Some(&at) = positions[*shard].get(name.as_str()) else {
-                return Err(Error::ShardMismatch {
-                    index: index.path.clone(),
-                    shard: index.shards[*shard].clone(),
-                    problem: ShardProblem::MissingEntry { name: name.clone() },
-                });
-            };
-            archive.names.push(name.clone());
-            archive.slots.insert(name.clone(), Slot::Remote { file: files[*shard].clone(), at });
-        }
-        Ok(archive)
-    }
-
-    /// What this archive's remote files have transferred so far; `None` for an archive with
-    /// no remote entries.
-    #[cfg(feature = "remote")]
-    pub fn transfer_stats(&self) -> Option<crate::remote::TransferStats> {
-        let mut clients: Vec<&Arc<crate::remote::Client>> = Vec::new();
-        for slot in self.slots.values() {
-            if let Slot::Remote { file, .. } = slot
-                && !clients.iter().any(|client| Arc::ptr_eq(client, &file.client))
-            {
-                clients.push(&file.client);
+    /// The archive of what [`format::detect`] found.
+    pub(crate) fn build(holds: Holds) -> Result<Archive> {
+        match holds {
+            Holds::SafeTensors(path) => Ok(Archive::from_file(MappedFile::open(&path)?)),
+            Holds::ShardIndex(path) => Archive::open_index(&path),
+            Holds::Torch(path) => Archive::open_checkpoint(&path),
+            Holds::TorchIndex(path) => Archive::open_torch_index(&path),
+            Holds::Files { dir, files } => {
+                let files = files.iter().map(|path| Ok(Archive::from_file(MappedFile::open(path)?)));
+                let mut archive = Archive::union(files.collect::<Result<Vec<_>>>()?)?;
+                archive.origin = format!("`{}`", dir.display());
+                Ok(archive)
             }
         }
-        if clients.is_empty() {
-            return None;
-        }
-        Some(clients.iter().map(|client| client.stats()).fold(crate::remote::TransferStats::default(), |sum, one| {
-            crate::remote::TransferStats {
-                requests: sum.requests + one.requests,
-                bytes: sum.bytes + one.bytes,
-                cached_bytes: sum.cached_bytes + one.cached_bytes,
-            }
-        }))
+    }
+
+    /// An archive named after `path` (an index, say), with `metadata` and no entries yet.
+    pub(crate) fn named(path: &Path, metadata: BTreeMap<String, String>) -> Archive {
+        Archive { origin: format!("`{}`", path.display()), metadata, ..Archive::default() }
+    }
+
+    /// Adds entry `name`, number `at` of `store`, after the others.
+    pub(crate) fn push(&mut self, name: String, store: Arc<dyn Store>, at: usize) {
+        self.names.push(name.clone());
+        self.slots.insert(name, Slot { store, at });
     }
 
     /// A PyTorch checkpoint: its tensors (views of the mapped file) and plain values.
@@ -334,8 +211,7 @@ impl Archive {
                 });
             }
         }
-        let mut archive = Archive { origin: format!("`{}`", path.display()), ..Archive::default() };
-        archive.metadata = index.metadata.clone();
+        let mut archive = Archive::named(path, index.metadata.clone());
         for (name, at) in &index.weight_map {
             let Some(slot) = shards[*at].slots.get(name) else {
                 return Err(Error::ShardMismatch {
@@ -344,99 +220,30 @@ impl Archive {
                     problem: ShardProblem::MissingEntry { name: name.clone() },
                 });
             };
-            archive.names.push(name.clone());
-            archive.slots.insert(name.clone(), slot.clone());
+            archive.push(name.clone(), slot.store.clone(), slot.at);
         }
         Ok(archive)
     }
 
-    fn open_folder(dir: &Path) -> Result<Archive> {
-        if let Some(archive) = Archive::open_model_file(dir)? {
-            return Ok(archive);
-        }
-        for name in ["pytorch_model.bin.index.json", "pytorch_model.bin"] {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return Archive::open(candidate);
-            }
-        }
-        let mut indexes = Vec::new();
-        for item in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
-            let path = item.map_err(Error::io("list", dir))?.path();
-            if path
-                .file_name()
-                .and_then(|name| name.to_str())
-                .is_some_and(|name| name.ends_with(".safetensors.index.json"))
-            {
-                indexes.push(path);
-            }
-        }
-        if indexes.len() == 1 {
-            return Archive::open(&indexes[0]);
-        }
-        Archive::open_files(dir, |_| true)?.ok_or_else(|| Error::EmptyFolder { path: dir.to_path_buf() })
-    }
-
-    /// `dir/model.safetensors.index.json`, else `dir/model.safetensors`, when one exists.
-    pub(crate) fn open_model_file(dir: &Path) -> Result<Option<Archive>> {
-        for name in ["model.safetensors.index.json", "model.safetensors"] {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return Archive::open(candidate).map(Some);
-            }
-        }
-        Ok(None)
-    }
-
-    /// The union of the `*.safetensors` files in `dir` whose names `accept` takes, in name
-    /// order; `None` when there are none.
-    ///
-    /// # Errors
-    /// [`Error::ShardWithoutIndex`] when one of them is named as a shard: without the index
-    /// that lists them, shards may be a partial or stale set.
-    pub(crate) fn open_files(dir: &Path, accept: impl Fn(&str) -> bool) -> Result<Option<Archive>> {
-        let mut files = Vec::new();
-        for item in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
-            let path = item.map_err(Error::io("list", dir))?.path();
-            let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
-            if name.ends_with(".safetensors") && accept(name) && path.is_file() {
-                files.push(path);
-            }
-        }
-        if files.is_empty() {
-            return Ok(None);
-        }
-        files.sort();
-        if let Some(shard) =
-            files.iter().find(|path| path.file_name().and_then(|name| name.to_str()).and_then(shard_stem).is_some())
-        {
-            return Err(Error::ShardWithoutIndex { dir: dir.to_path_buf(), shard: shard.clone() });
-        }
-        let mut archive = Archive::union(files.iter().map(Archive::open).collect::<Result<Vec<_>>>()?)?;
-        archive.origin = format!("`{}`", dir.display());
-        Ok(Some(archive))
-    }
-
     fn open_index(path: &Path) -> Result<Archive> {
         let index = Arc::new(ShardIndex::read(path)?);
-        let mut archive = Archive { origin: format!("`{}`", path.display()), ..Archive::default() };
-        archive.metadata = index.metadata.clone();
-        let shards: Vec<Arc<Shard>> =
-            (0..index.shards.len()).map(|at| Arc::new(Shard::new(index.clone(), at))).collect();
+        let mut archive = Archive::named(path, index.metadata.clone());
+        let shards: Vec<Arc<dyn Store>> =
+            (0..index.shards.len()).map(|at| Arc::new(Shard::new(index.clone(), at)) as Arc<dyn Store>).collect();
         for (name, shard) in &index.weight_map {
-            archive.names.push(name.clone());
-            archive.slots.insert(name.clone(), Slot::Shard(shards[*shard].clone()));
+            // A shard finds its entries by name when it is mapped.
+            archive.push(name.clone(), shards[*shard].clone(), 0);
         }
         Ok(archive)
     }
 
     fn from_file(file: Arc<MappedFile>) -> Archive {
-        Archive::from_header(&file.path, &file.header, |at| Slot::File { file: file.clone(), at })
+        Archive::from_header(&file.path, &file.header, file.clone())
     }
 
-    /// The entries of one file's `header`, in its order, each in the slot `slot` makes of its
-    /// position.
-    fn from_header(path: &Path, header: &crate::header::Header, slot: impl Fn(usize) -> Slot) -> Archive {
+    /// The entries of one file's `header`, in its order, each the entry of that number in
+    /// `store`.
+    pub(crate) fn from_header(path: &Path, header: &Header, store: Arc<dyn Store>) -> Archive {
         let mut archive = Archive {
             origin: format!("`{}`", path.display()),
             metadata: header.metadata.clone(),
@@ -445,7 +252,7 @@ impl Archive {
         };
         for (at, entry) in header.entries.iter().enumerate() {
             archive.names.push(entry.name.clone());
-            archive.slots.insert(entry.name.clone(), slot(at));
+            archive.slots.insert(entry.name.clone(), Slot { store: store.clone(), at });
         }
         archive
     }
@@ -470,7 +277,7 @@ impl Archive {
     /// Adds or replaces one entry.
     pub fn insert(&mut self, name: impl Into<String>, tensor: Tensor) {
         let name = name.into();
-        if self.slots.insert(name.clone(), Slot::Tensor(tensor)).is_none() {
+        if self.slots.insert(name.clone(), Slot { store: Arc::new(tensor), at: 0 }).is_none() {
             self.names.push(name);
         }
     }
@@ -552,23 +359,13 @@ impl Archive {
     }
 
     fn locate(&self, name: &str) -> Result<Option<Located<'_>>> {
-        Ok(match self.slots.get(name) {
-            None => None,
-            Some(Slot::Tensor(tensor)) => Some(Located::Tensor(tensor)),
-            Some(Slot::File { file, at }) => Some(Located::File(file, *at)),
-            Some(Slot::Shard(shard)) => {
-                let (file, at) = shard.locate(name)?;
-                Some(Located::File(file, at))
-            }
-            #[cfg(feature = "remote")]
-            Some(Slot::Remote { file, at }) => Some(Located::Remote(file, *at)),
-        })
+        self.slots.get(name).map(|slot| slot.store.open(name, slot.at)).transpose()
     }
 
     /// Dtype and shape of `name` from headers, `None` when there is no such entry.
     pub(crate) fn spec(&self, name: &str) -> Result<Option<(DType, Vec<usize>)>> {
-        Ok(self.locate(name)?.map(|located| {
-            let (dtype, shape) = located.spec();
+        Ok(self.locate(name)?.map(|(source, at)| {
+            let (dtype, shape) = source.spec(at);
             (dtype, shape.to_vec())
         }))
     }
@@ -596,7 +393,8 @@ impl Archive {
     /// # Errors
     /// [`Error::NoEntry`] (with a did-you-mean suggestion), or the error of opening its shard.
     pub fn try_get(&self, name: &str) -> Result<Tensor> {
-        self.require(name)?.tensor()
+        let (source, at) = self.require(name)?;
+        source.tensor(at)
     }
 
     /// Dtype, shape, size and location of one entry, from headers only.
@@ -604,30 +402,9 @@ impl Archive {
     /// # Errors
     /// As [`Archive::try_get`].
     pub fn info(&self, name: &str) -> Result<EntryInfo> {
-        let located = self.require(name)?;
-        let (dtype, shape) = located.spec();
-        let (bytes, location) = match &located {
-            Located::Tensor(tensor) => (tensor.byte_len(), None),
-            Located::File(file, at) => {
-                let entry = file.entry(*at);
-                let location = EntryLocation {
-                    path: file.path.clone(),
-                    data_offsets: (entry.begin, entry.end),
-                    file_offset: file.header.data_start + entry.begin,
-                };
-                (entry.end - entry.begin, Some(location))
-            }
-            #[cfg(feature = "remote")]
-            Located::Remote(file, at) => {
-                let entry = &file.header.entries[*at];
-                let location = EntryLocation {
-                    path: file.url.clone(),
-                    data_offsets: (entry.begin, entry.end),
-                    file_offset: file.header.data_start + entry.begin,
-                };
-                (entry.end - entry.begin, Some(location))
-            }
-        };
+        let (source, at) = self.require(name)?;
+        let (dtype, shape) = source.spec(at);
+        let (bytes, location) = (source.stored_bytes(at), source.location(at));
         Ok(EntryInfo { name: name.to_string(), dtype, shape: shape.to_vec(), bytes, location })
     }
 
@@ -636,12 +413,12 @@ impl Archive {
     /// # Errors
     /// [`Error::NoEntry`], or [`Error::EntryMismatch`] saying what is stored.
     pub fn tensor(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
-        let located = self.require(name)?;
-        let (found_dtype, found_shape) = located.spec();
+        let (source, at) = self.require(name)?;
+        let (found_dtype, found_shape) = source.spec(at);
         if found_dtype != dtype || found_shape != shape {
             return Err(self.mismatch(name, dtype, shape, found_dtype, found_shape));
         }
-        located.tensor()
+        source.tensor(at)
     }
 
     /// The float entry `name` with `shape`, cast to `dtype` when stored in another float dtype
@@ -652,8 +429,8 @@ impl Archive {
     /// [`Error::EntryMismatch`] for another shape, [`Error::Data`] when the cast would
     /// materialize a view past its expansion limit.
     pub fn float(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
-        let located = self.require(name)?;
-        let (found_dtype, found_shape) = located.spec();
+        let (source, at) = self.require(name)?;
+        let (found_dtype, found_shape) = source.spec(at);
         if !found_dtype.is_castable_float() || !dtype.is_castable_float() {
             let dtype = if found_dtype.is_castable_float() { dtype } else { found_dtype };
             return Err(Error::NotFloat { origin: self.origin.clone(), name: name.to_string(), dtype });
@@ -663,10 +440,10 @@ impl Archive {
         }
         // A view of a file (a stride-0 one, say) may describe far more values than the file
         // stores: the cast refuses to materialize past its limit, and the error names the entry.
-        located.tensor()?.to_dtype(dtype).map_err(|source| Error::Data {
-            path: located.path(&self.origin),
+        source.tensor(at)?.to_dtype(dtype).map_err(|error| Error::Data {
+            path: data_path(source, &self.origin),
             name: name.to_string(),
-            source: Box::new(source),
+            source: Box::new(error),
         })
     }
 
@@ -686,8 +463,8 @@ impl Archive {
     pub fn specs(&self, prefix: &str) -> Result<Vec<TensorSpec>> {
         let mut specs = Vec::new();
         for name in self.names.iter().filter(|name| under_prefix(name, prefix).is_some()) {
-            let located = self.require(name)?;
-            let (dtype, shape) = located.spec();
+            let (source, at) = self.require(name)?;
+            let (dtype, shape) = source.spec(at);
             specs.push(TensorSpec { name: name.clone(), dtype, shape: shape.to_vec() });
         }
         Ok(specs)
@@ -750,59 +527,17 @@ impl Archive {
         Ok(())
     }
 
-    /// Reads entries at once, each whole or a box of it (one `(start, len)` per stored axis;
-    /// a view for files and memory). Remote entries are fetched in one batch: only the bytes of
-    /// the boxes, neighbours coalesced, several requests in flight.
+    /// Reads entries at once, each whole or a box of it (see [`source::read_batch`]).
     ///
     /// # Errors
     /// [`Error::NoEntry`], the errors of opening a shard or of a transfer.
     pub(crate) fn read_batch(&self, wants: &[Want<'_>]) -> Result<Vec<Tensor>> {
-        let mut out: Vec<Option<Tensor>> = vec![None; wants.len()];
-        // The remote reads: their ranges, and for each the want, the entry and the box's shape.
-        #[cfg(feature = "remote")]
-        let (mut requests, mut targets) = (Vec::new(), Vec::new());
-        for (index, (name, boxed)) in wants.iter().enumerate() {
-            let located = self.require(name)?;
-            #[cfg(feature = "remote")]
-            if let Located::Remote(file, at) = located {
-                let entry = &file.header.entries[at];
-                let whole = || entry.shape.iter().map(|&size| (0, size)).collect::<Vec<_>>();
-                let base = (file.header.data_start + entry.begin) as u64;
-                let (boxed, ranges) = match entry.dtype.size_in_bytes() {
-                    Some(element) => {
-                        let boxed = boxed.clone().unwrap_or_else(whole);
-                        let ranges = crate::remote::box_ranges(&entry.shape, &boxed, element, base);
-                        (boxed, ranges)
-                    }
-                    // Sub-byte values cannot be cut at a byte: such an entry is fetched whole
-                    // and narrowed as a view.
-                    None => (whole(), std::iter::once(file.entry_range(at)).collect()),
-                };
-                let shape: Vec<usize> = boxed.iter().map(|(_, len)| *len).collect();
-                requests.push(crate::remote::Request { file: file.clone(), ranges });
-                targets.push((index, at, shape));
-                continue;
-            }
-            out[index] = Some(narrow_to(located.tensor()?, boxed.as_deref())?);
-        }
-        #[cfg(feature = "remote")]
-        if !requests.is_empty() {
-            let fetched = crate::remote::fetch::fetch(&requests)?;
-            for ((request, (index, at, shape)), pieces) in requests.iter().zip(targets).zip(fetched) {
-                let bytes: Cow<'_, [u8]> = match pieces.as_slice() {
-                    [one] => Cow::Borrowed(one),
-                    many => Cow::Owned(many.concat()),
-                };
-                let tensor = remote_tensor(&request.file, at, &shape, &bytes)?;
-                out[index] = Some(narrow_to(tensor, wants[index].1.as_deref())?);
-            }
-        }
-        Ok(out.into_iter().map(|tensor| tensor.expect("every entry was read")).collect())
+        source::read_batch(wants, |name| self.require(name))
     }
 
     /// Whether `name` is stored with exactly `dtype` and `shape` (from headers).
     fn spec_fits(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<bool> {
-        Ok(self.locate(name)?.is_some_and(|located| located.spec() == (dtype, shape)))
+        Ok(self.locate(name)?.is_some_and(|(source, at)| source.spec(at) == (dtype, shape)))
     }
 
     /// Every entry in order with what a writer needs; meta tensors are refused here, before
@@ -810,22 +545,14 @@ impl Archive {
     pub(crate) fn write_items(&self) -> Result<Vec<WriteItem<'_>>> {
         let mut items = Vec::with_capacity(self.names.len());
         for name in &self.names {
-            let source = self.require(name)?;
-            let (dtype, shape) = source.spec();
-            let bytes = match &source {
-                Located::Tensor(tensor) if tensor.is_meta() => {
-                    return Err(Error::Unsavable { name: name.clone(), problem: UnsavableProblem::Meta });
-                }
-                Located::Tensor(tensor) => tensor.byte_len(),
-                Located::File(file, at) => file.entry_bytes(*at).len(),
-                #[cfg(feature = "remote")]
-                Located::Remote(file, at) => {
-                    let entry = &file.header.entries[*at];
-                    entry.end - entry.begin
-                }
-            };
-            let path = source.path(&self.origin);
-            items.push(WriteItem { name, dtype, shape: shape.to_vec(), bytes, source, path });
+            let (source, at) = self.require(name)?;
+            if source.is_meta(at) {
+                return Err(Error::Unsavable { name: name.clone(), problem: UnsavableProblem::Meta });
+            }
+            let (dtype, shape) = source.spec(at);
+            let bytes = source.stored_bytes(at);
+            let path = data_path(source, &self.origin);
+            items.push(WriteItem { name, dtype, shape: shape.to_vec(), bytes, source: (source, at), path });
         }
         Ok(items)
     }
@@ -845,15 +572,12 @@ pub(crate) struct WriteItem<'a> {
 impl<'a> WriteItem<'a> {
     /// The entry's packed bytes: borrowed from the mapping or a contiguous tensor.
     pub(crate) fn data(&self) -> Result<Cow<'a, [u8]>> {
-        match self.source {
-            Located::Tensor(tensor) => tensor.to_bytes().map_err(|source| Error::Data {
-                path: self.path.clone(),
-                name: self.name.to_string(),
-                source: Box::new(source),
-            }),
-            Located::File(file, at) => Ok(Cow::Borrowed(file.entry_bytes(at))),
-            #[cfg(feature = "remote")]
-            Located::Remote(file, at) => Ok(Cow::Owned(file.entry_bytes(at)?.to_vec())),
-        }
+        let (source, at) = self.source;
+        source.data(at).map_err(|error| match error {
+            DataError::Tensor(source) => {
+                Error::Data { path: self.path.clone(), name: self.name.to_string(), source: Box::new(source) }
+            }
+            DataError::Io(error) => error,
+        })
     }
 }

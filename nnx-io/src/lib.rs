@@ -9,28 +9,28 @@
 mod archive;
 pub mod config;
 mod error;
+mod format;
 pub mod fs;
-mod header;
 pub mod hub;
 mod import;
-mod index;
-mod mapped;
+mod mapping;
 pub mod quantized;
 #[cfg(feature = "remote")]
 pub mod remote;
+mod safetensors;
 pub mod sniff;
+mod source;
 pub mod text;
 mod torch;
-mod write;
 
 pub use archive::{Archive, EntryInfo, EntryLocation};
 pub use error::{
     ConfigProblem, ConfigRule, Error, ExportProblem, HubProblem, IndexProblem, PickleLimit, PickleProblem,
     RemoteProblem, Result, ShardProblem, TorchProblem, UnsavableProblem, ZipRecordProblem,
 };
-pub use header::HeaderProblem;
 pub use import::{
     HookContext, ImportError, ImportHook, ImportOptions, ImportPlan, ImportProblem, ImportReport, TensorParallel,
 };
+pub use safetensors::header::HeaderProblem;
+pub use safetensors::write::{PAGE_BYTES, SaveOptions};
 pub use sniff::FileKind;
-pub use write::{PAGE_BYTES, SaveOptions};

@@ -15,11 +15,11 @@ use serde_json::{Map, Value};
 
 use crate::archive::Archive;
 use crate::error::{ConfigProblem, ConfigRule, Error, Result};
+use crate::format;
 use crate::fs::write_atomic;
-use crate::write::SaveOptions;
+use crate::safetensors::write::SaveOptions;
 
-/// The overlay file of extra entries a NanoSeedLM folder may hold (per-layer MLA tensors).
-pub const OVERLAY_FILE: &str = "model-mla-delta.safetensors";
+pub use crate::format::OVERLAY_FILE;
 
 /// The default shard size of [`save_folder`]: 5 GiB.
 pub const DEFAULT_SHARD_BYTES: u64 = 5 << 30;
@@ -469,16 +469,9 @@ impl QuantizedFolder {
     }
 }
 
-/// The model files of a folder, without the overlay file: the shard index or
-/// `model.safetensors` when there is one, else every `model*.safetensors` as a union.
+/// The model files of a folder, without the overlay file (see [`format::detect_quantized`]).
 fn open_model_files(dir: &Path) -> Result<Archive> {
-    if let Some(archive) = Archive::open_model_file(dir)? {
-        return Ok(archive);
-    }
-    match Archive::open_files(dir, |name| name.starts_with("model") && name != OVERLAY_FILE)? {
-        Some(archive) => Ok(archive),
-        None => Archive::open(dir),
-    }
+    Archive::build(format::detect_quantized(dir)?)
 }
 
 /// Writes `archive` as a model folder: page-aligned shards `model-0000K-of-0000N.safetensors`

@@ -427,3 +427,45 @@ fn hub_repositories_are_read_with_range_requests_on_resolve_urls() {
     assert!(error.to_string().contains("hf://org/private-gpt2"), "{error}");
     assert!(!error.to_string().contains("hf_reader"));
 }
+
+#[test]
+fn the_command_line_reads_hub_paths_with_range_requests_and_no_cache() {
+    use crate::hub_server::{Access, FakeHub};
+    let hub = FakeHub::start();
+    // Served by the API origin itself, so that the proxy in front of it sees every byte.
+    hub.set_lfs_threshold(usize::MAX);
+    hub.create_repo("org/x", Access::Public);
+    let local_path = fixtures().join("gpt2-tiny/model.safetensors");
+    let bytes = std::fs::read(&local_path).unwrap();
+    let commit = hub.commit("org/x", "main", &[("model.safetensors", &bytes), ("config.json", b"{}")]);
+    let proxy = Proxy::start(hub.api_port());
+    let dir = scratch();
+    let cache = dir.path().join("hub-cache");
+    let output = Command::new(nnx_binary())
+        .args(["inspect", "hf://org/x/model.safetensors"])
+        .env("HF_ENDPOINT", proxy.endpoint())
+        .env("HF_HUB_CACHE", &cache)
+        .env("HF_HOME", dir.path().join("home"))
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    let local = Archive::open(&local_path).unwrap();
+    assert!(out.contains(&format!("{} entries", local.len())), "{out}");
+    assert!(local.names().all(|name| out.contains(name)), "{out}");
+    let sent = proxy.sent.load(Ordering::Relaxed);
+    assert!(
+        sent < bytes.len() as u64 / 4,
+        "{sent} of {} bytes sent for a header of {}",
+        bytes.len(),
+        header_bytes(&local_path)
+    );
+    let gets: Vec<_> =
+        hub.requests().into_iter().filter(|r| r.method == "GET" && r.path.contains("model.safetensors")).collect();
+    // Ranges only, all at the commit `main` named when the archive was opened.
+    let at_commit = format!("/org/x/resolve/{commit}/model.safetensors");
+    assert!(!gets.is_empty() && gets.iter().all(|r| r.range.is_some() && r.path == at_commit), "{gets:?}");
+    assert!(!cache.exists() || std::fs::read_dir(&cache).unwrap().next().is_none(), "nothing is written to the cache");
+}

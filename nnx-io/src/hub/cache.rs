@@ -19,11 +19,7 @@ use crate::error::{HubProblem, Offline};
 use crate::fs::{Staged, StagedFile};
 use crate::{Error, Result};
 
-/// The names of a model's weights in a pretrained folder, in the order a load looks for them.
-pub(crate) const SAFETENSORS: &str = "model.safetensors";
-pub(crate) const SAFETENSORS_INDEX: &str = "model.safetensors.index.json";
-pub(crate) const TORCH: &str = "pytorch_model.bin";
-pub(crate) const TORCH_INDEX: &str = "pytorch_model.bin.index.json";
+pub(crate) use crate::format::{SAFETENSORS, SAFETENSORS_INDEX, TORCH, TORCH_INDEX};
 
 /// The shared cache of Hub downloads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -367,7 +363,7 @@ fn symlink(_: &Path, _: &Path) -> std::io::Result<()> {
 /// The shard file names an index names, in order of first mention (checked by the index
 /// reader: plain file names beside the index).
 pub(crate) fn shards_of(index: &Path) -> Result<Vec<String>> {
-    let index = crate::index::ShardIndex::read(index)?;
+    let index = crate::safetensors::index::ShardIndex::read(index)?;
     Ok(index.shards.iter().map(|shard| file_name(shard)).collect())
 }
 

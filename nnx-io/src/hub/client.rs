@@ -27,9 +27,6 @@ use crate::fs::open_no_follow;
 use crate::text::redact_urls;
 use crate::{Error, Result};
 
-/// The Hub's default address.
-pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
-
 /// Files beside the weights that loading a model's tokenizer or pipeline reads; small, and
 /// fetched with the weights when the repository has them.
 const COMPANIONS: &[&str] = &[
@@ -145,9 +142,7 @@ impl Hub {
     /// # Errors
     /// None today; reserved for endpoints that cannot be used.
     pub fn from_env() -> Result<Hub> {
-        let endpoint = std::env::var("HF_ENDPOINT").ok().filter(|e| !e.trim().is_empty());
-        let endpoint = endpoint.unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        let hub = Hub::new(&endpoint).with_token(cache::token()).with_offline(cache::offline());
+        let hub = Hub::new(&super::endpoint()).with_token(cache::token()).with_offline(cache::offline());
         Ok(hub.with_progress(std::io::stderr().is_terminal() && !env_flag("HF_HUB_DISABLE_PROGRESS_BARS")))
     }
 

@@ -20,6 +20,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use crate::error::{HubProblem, Missing, Offline};
+#[cfg(all(feature = "hub", feature = "remote"))]
+pub(crate) use cache::is_commit;
 pub use cache::{Cache, offline, token};
 #[cfg(feature = "hub")]
 pub use client::{Download, Hub};
@@ -27,6 +29,19 @@ pub use client::{Download, Hub};
 pub use upload::CommitInfo;
 
 use crate::{Error, Result};
+
+/// The Hub's default address.
+pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
+
+/// The Hub's address: `HF_ENDPOINT` without its trailing `/`, else [`DEFAULT_ENDPOINT`]. The
+/// Hub client and the range reader of `hf://` paths both ask here, with [`token`], so that
+/// they talk to the same Hub with the same credentials.
+pub fn endpoint() -> String {
+    match std::env::var("HF_ENDPOINT") {
+        Ok(endpoint) if !endpoint.trim().is_empty() => endpoint.trim().trim_end_matches('/').to_string(),
+        _ => DEFAULT_ENDPOINT.to_string(),
+    }
+}
 
 /// A repository id: `name` or `org/name`, as the Hub accepts them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -76,7 +91,8 @@ impl fmt::Display for RepoId {
 }
 
 /// `hf://org/name[@revision][/path/in/repo]`: a repository, a revision (default `main`) and
-/// optionally a file or folder in it.
+/// optionally a file or folder in it. The one grammar of Hub paths: the cache, the Hub client
+/// and the range reader of `hf://` archives all parse them here.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HubPath {
     /// The repository.
@@ -124,6 +140,17 @@ impl HubPath {
         }
         let repo = RepoId::parse(&id).map_err(|_| bad())?;
         Ok(HubPath { repo, revision, path })
+    }
+
+    /// The repository at the revision, without the path: `hf://org/name@revision`.
+    pub fn root(&self) -> HubPath {
+        HubPath { path: String::new(), ..self.clone() }
+    }
+
+    /// The URL under `endpoint` that serves the revision's files, with a path in the
+    /// repository appended: `{endpoint}/org/name/resolve/{revision}`.
+    pub fn resolve_base(&self, endpoint: &str) -> String {
+        format!("{}/{}/resolve/{}", endpoint.trim_end_matches('/'), self.repo, self.revision.replace('/', "%2F"))
     }
 }
 
@@ -324,5 +351,7 @@ mod tests {
         }
         let path = HubPath::parse("hf://org/name@refs%2Fpr%2F1/a.json").unwrap();
         assert_eq!(HubPath::parse(&path.to_string()).unwrap(), path);
+        assert_eq!(path.root().to_string(), "hf://org/name@refs%2Fpr%2F1");
+        assert_eq!(path.resolve_base("http://hub/"), "http://hub/org/name/resolve/refs%2Fpr%2F1");
     }
 }

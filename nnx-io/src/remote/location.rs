@@ -10,7 +10,9 @@ use super::transport::BoundedConnector;
 use super::{Client, RemoteFile, RemoteOptions, remote_error};
 use crate::archive::Archive;
 use crate::error::{Error, RemoteProblem, Result};
-use crate::index::ShardIndex;
+use crate::format;
+use crate::hub::{self, HubPath};
+use crate::safetensors::index::ShardIndex;
 
 /// The schemes read as remote locations.
 const SCHEMES: [&str; 8] = ["s3", "gs", "gcs", "az", "azure", "http", "https", "hf"];
@@ -81,32 +83,20 @@ pub(crate) fn client(url: &str, options: &RemoteOptions) -> Result<(Arc<Client>,
             (store, base, key.to_string())
         }
         "hf" => {
-            // hf://org/name[@revision][/file...]
-            let (name, file) = key.split_once('/').unwrap_or((key, ""));
-            let (name, revision) = name.split_once('@').unwrap_or((name, "main"));
-            if name.is_empty() {
-                return Err(bad(
-                    url,
-                    RemoteProblem::BadUrl { reason: "expected hf://org/name[@revision][/file]".into() },
-                ));
-            }
-            let setting = |key: &str, variable: &str| {
-                options
-                    .config
-                    .iter()
-                    .rev()
-                    .find(|(name, _)| name == key)
-                    .map(|(_, value)| value.clone())
-                    .or_else(|| std::env::var(variable).ok().filter(|value| !value.trim().is_empty()))
-            };
-            let endpoint = setting("hf_endpoint", "HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".into());
-            let endpoint = endpoint.trim_end_matches('/');
-            let revision = revision.replace('/', "%2F");
-            let base = format!("{endpoint}/{authority}/{name}/resolve/{revision}");
+            // The Hub's own grammar, endpoint and token, unless the options name others.
+            let hub_path = HubPath::parse(&format!("{}{rest}", HubPath::SCHEME)).map_err(|_| {
+                bad(url, RemoteProblem::BadUrl { reason: "expected hf://org/name[@revision][/file]".into() })
+            })?;
+            let setting =
+                |key: &str| options.config.iter().rev().find(|(name, _)| name == key).map(|(_, value)| value.clone());
+            let endpoint = setting("hf_endpoint").unwrap_or_else(hub::endpoint);
             let endpoint_scheme = endpoint.split_once("://").map_or("https", |(scheme, _)| scheme).to_string();
-            let token = setting("hf_token", "HF_TOKEN");
-            let store = http_store(&base, &endpoint_scheme, options, retry, token, url)?;
-            (store, format!("hf://{authority}/{name}@{revision}"), file.to_string())
+            let token = setting("hf_token").or_else(hub::token);
+            // Messages name the revision as given; the reads go to the commit it names now.
+            let root = hub_path.root().to_string();
+            let pinned = pin(hub_path, &endpoint, token.clone(), options, url)?;
+            let store = http_store(&pinned.resolve_base(&endpoint), &endpoint_scheme, options, retry, token, url)?;
+            (store, root, pinned.path)
         }
         other => {
             return Err(bad(url, RemoteProblem::BadUrl { reason: format!("unsupported scheme `{other}`") }));
@@ -128,6 +118,44 @@ pub(crate) fn client(url: &str, options: &RemoteOptions) -> Result<(Arc<Client>,
         cached_bytes: AtomicU64::new(0),
     };
     Ok((Arc::new(client), path))
+}
+
+/// `path` at the commit its branch or tag names now, asked of the Hub client as a download
+/// asks it: every read of one archive (its header, the shards of an index, the data later)
+/// then sees the same files, even when the branch moves in between.
+#[cfg(feature = "hub")]
+fn pin(path: HubPath, endpoint: &str, token: Option<String>, options: &RemoteOptions, url: &str) -> Result<HubPath> {
+    if hub::is_commit(&path.revision) {
+        return Ok(path);
+    }
+    let client = hub::Hub::new(endpoint)
+        .with_token(token)
+        .with_retries(u32::try_from(options.retries).unwrap_or(u32::MAX), std::time::Duration::from_millis(200));
+    let (commit, _) = client.revision(&path.repo, &path.revision).map_err(|error| match error {
+        Error::Hub { problem, .. } => bad(url, hub_problem(problem)),
+        other => other,
+    })?;
+    Ok(HubPath { revision: commit, ..path })
+}
+
+/// Without the Hub client, each read asks for the revision as given.
+#[cfg(not(feature = "hub"))]
+fn pin(path: HubPath, _: &str, _: Option<String>, _: &RemoteOptions, _: &str) -> Result<HubPath> {
+    Ok(path)
+}
+
+/// What the Hub client's refusal means for a remote read, worded as the store's would be.
+#[cfg(feature = "hub")]
+fn hub_problem(problem: crate::HubProblem) -> RemoteProblem {
+    use crate::HubProblem;
+    match problem {
+        HubProblem::Unauthorized { status: 403, had_token: true, gated: false, .. } => RemoteProblem::Denied,
+        HubProblem::Unauthorized { gated: false, .. } => RemoteProblem::Unauthenticated,
+        HubProblem::NotFound { .. } => RemoteProblem::NotFound,
+        HubProblem::Network { message, .. } => RemoteProblem::Transfer { message },
+        // The Hub's own words carry what to do (accept a gated model's terms, for one).
+        other => RemoteProblem::Transfer { message: other.to_string() },
+    }
 }
 
 /// An HTTP store rooted at `base`, sending `token` as a bearer token when given.
@@ -167,7 +195,7 @@ pub(crate) fn open(url: &str, options: &RemoteOptions) -> Result<Archive> {
     let name = path.filename().unwrap_or_default().to_string();
     let folder = url.ends_with('/') || name.is_empty() || url.starts_with("hf://") && !name.contains('.');
     if folder {
-        for candidate in ["model.safetensors.index.json", "model.safetensors"] {
+        for candidate in [format::SAFETENSORS_INDEX, format::SAFETENSORS] {
             let file = path.child(candidate);
             if client.exists(&file)? {
                 return open_object(client, file);
@@ -203,7 +231,7 @@ fn open_object(client: Arc<Client>, path: ObjectPath) -> Result<Archive> {
         }
         return Archive::from_remote_index(&index, files);
     }
-    if [".bin", ".pt", ".pth"].iter().any(|end| name.ends_with(end)) {
+    if format::has_torch_name(&name) {
         return Err(bad(&url, RemoteProblem::NotSafeTensors));
     }
     Ok(Archive::from_remote_file(RemoteFile::open(client, path)?))

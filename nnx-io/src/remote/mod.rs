@@ -22,6 +22,8 @@ pub(crate) mod fetch;
 mod location;
 mod transport;
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +33,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use nnx_core::{DType, Tensor};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore};
 
@@ -38,8 +41,11 @@ pub use cache::RangeCache;
 pub(crate) use fetch::Request;
 pub use location::is_remote;
 
-use crate::error::{Error, RemoteProblem, Result};
-use crate::header::{self, Header};
+use crate::archive::{Archive, EntryLocation};
+use crate::error::{Error, RemoteProblem, Result, ShardProblem};
+use crate::safetensors::header::{self, Header};
+use crate::safetensors::index::ShardIndex;
+use crate::source::{DataError, Source, Store, narrow_to};
 
 /// How remote archives are read. The defaults suit object stores across a network: ranges
 /// closer than 1 MiB are fetched as one, 8 requests in flight, each at most 16 MiB.
@@ -335,7 +341,7 @@ impl RemoteFile {
         bytes.extend_from_slice(prefix);
         bytes.extend_from_slice(&text);
         drop(text);
-        let header = header::parse_prefix(&bytes, file_len).map_err(|problem| match crate::sniff::sniff(&bytes) {
+        let header = header::parse_prefix(&bytes, file_len).map_err(|problem| match crate::format::sniff(&bytes) {
             Some(kind) => Error::NotSafeTensors { path: url.clone(), kind },
             None => Error::Header { path: url.clone(), problem },
         })?;
@@ -358,11 +364,158 @@ impl RemoteFile {
         let mut fetched = fetch::fetch(&[Request { file: self.clone(), ranges: vec![self.entry_range(at)] }])?;
         Ok(fetched.pop().and_then(|mut ranges| ranges.pop()).unwrap_or_default())
     }
+
+    /// Fetched bytes of entry `at` (all of it, or a box of `shape`) as an owned tensor of its
+    /// dtype.
+    fn entry_tensor(&self, at: usize, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+        let entry = &self.header.entries[at];
+        Tensor::from_bytes(entry.dtype, shape, bytes).map_err(|source| Error::Data {
+            path: self.url.clone(),
+            name: entry.name.clone(),
+            source: Box::new(source),
+        })
+    }
 }
 
-/// Opens `url` with `options`: one file, a shard index or a folder.
-pub(crate) fn open(url: &str, options: &RemoteOptions) -> Result<crate::Archive> {
-    location::open(url, options)
+impl Archive {
+    /// Opens a SafeTensors file, a shard index or a folder in an object store or on the Hub
+    /// (see [`crate::remote`]): only the headers are fetched, with range requests; entries are
+    /// fetched when read, each read fetching the byte ranges it uses. [`Archive::open`] takes
+    /// the same URLs with [`RemoteOptions::default`].
+    ///
+    /// # Errors
+    /// [`Error::Remote`] naming the URL and what failed (404, 403, a timeout), and the header
+    /// and index errors of local files.
+    pub fn open_remote(url: &str, options: &RemoteOptions) -> Result<Archive> {
+        location::open(url, options)
+    }
+
+    /// A remote file's entries.
+    pub(crate) fn from_remote_file(file: Arc<RemoteFile>) -> Archive {
+        let store: Arc<dyn Store> = Arc::new(file.clone());
+        Archive::from_header(&file.url, &file.header, store)
+    }
+
+    /// The entries of a remote shard index, each from the shard the index names, which must
+    /// hold it.
+    pub(crate) fn from_remote_index(index: &ShardIndex, files: Vec<Arc<RemoteFile>>) -> Result<Archive> {
+        let mut archive = Archive::named(&index.path, index.metadata.clone());
+        let positions: Vec<HashMap<&str, usize>> = files
+            .iter()
+            .map(|file| file.header.entries.iter().enumerate().map(|(at, entry)| (entry.name.as_str(), at)).collect())
+            .collect();
+        let stores: Vec<Arc<dyn Store>> = files.iter().map(|file| Arc::new(file.clone()) as Arc<dyn Store>).collect();
+        for (name, shard) in &index.weight_map {
+            let Some(&at) = positions[*shard].get(name.as_str()) else {
+                return Err(Error::ShardMismatch {
+                    index: index.path.clone(),
+                    shard: index.shards[*shard].clone(),
+                    problem: ShardProblem::MissingEntry { name: name.clone() },
+                });
+            };
+            archive.push(name.clone(), stores[*shard].clone(), at);
+        }
+        Ok(archive)
+    }
+
+    /// What this archive's remote files have transferred so far; `None` for an archive with
+    /// no remote entries.
+    pub fn transfer_stats(&self) -> Option<TransferStats> {
+        let mut clients: Vec<&Arc<Client>> = Vec::new();
+        for file in self.slots.values().filter_map(|slot| slot.store.remote()) {
+            if !clients.iter().any(|client| Arc::ptr_eq(client, &file.client)) {
+                clients.push(&file.client);
+            }
+        }
+        if clients.is_empty() {
+            return None;
+        }
+        Some(clients.iter().map(|client| client.stats()).fold(TransferStats::default(), |sum, one| TransferStats {
+            requests: sum.requests + one.requests,
+            bytes: sum.bytes + one.bytes,
+            cached_bytes: sum.cached_bytes + one.cached_bytes,
+        }))
+    }
+}
+
+/// A file in a store is a source whose entries are fetched when read.
+impl Source for Arc<RemoteFile> {
+    fn spec(&self, at: usize) -> (DType, &[usize]) {
+        let entry = &self.header.entries[at];
+        (entry.dtype, &entry.shape)
+    }
+
+    fn tensor(&self, at: usize) -> Result<Tensor> {
+        self.entry_tensor(at, &self.header.entries[at].shape, &self.entry_bytes(at)?)
+    }
+
+    fn path(&self) -> Option<&std::path::Path> {
+        Some(&self.url)
+    }
+
+    fn location(&self, at: usize) -> Option<EntryLocation> {
+        let entry = &self.header.entries[at];
+        let file_offset = self.header.data_start + entry.begin;
+        Some(EntryLocation { path: self.url.clone(), data_offsets: (entry.begin, entry.end), file_offset })
+    }
+
+    fn stored_bytes(&self, at: usize) -> usize {
+        let entry = &self.header.entries[at];
+        entry.end - entry.begin
+    }
+
+    fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, DataError> {
+        Ok(Cow::Owned(self.entry_bytes(at).map_err(DataError::Io)?.to_vec()))
+    }
+
+    fn remote(&self) -> Option<&Arc<RemoteFile>> {
+        Some(self)
+    }
+}
+
+/// One entry to read from a store: its place among the reads of a batch, its file, its number
+/// there, and the box wanted (`None` for all of it).
+pub(crate) type Read<'a> = (usize, Arc<RemoteFile>, usize, Option<&'a [(usize, usize)]>);
+
+/// Reads entries of files in stores in one batch: only the bytes of their boxes, neighbours
+/// coalesced, several requests in flight. The tensors come back with their places.
+///
+/// # Errors
+/// The errors of a transfer, or of data that does not fit its dtype.
+pub(crate) fn read_batch(reads: &[Read<'_>]) -> Result<Vec<(usize, Tensor)>> {
+    if reads.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut requests = Vec::with_capacity(reads.len());
+    let mut shapes = Vec::with_capacity(reads.len());
+    for (_, file, at, boxed) in reads {
+        let entry = &file.header.entries[*at];
+        let whole = || entry.shape.iter().map(|&size| (0, size)).collect::<Vec<_>>();
+        let base = (file.header.data_start + entry.begin) as u64;
+        let (boxed, ranges) = match entry.dtype.size_in_bytes() {
+            Some(element) => {
+                let boxed = boxed.map(<[_]>::to_vec).unwrap_or_else(whole);
+                let ranges = box_ranges(&entry.shape, &boxed, element, base);
+                (boxed, ranges)
+            }
+            // Sub-byte values cannot be cut at a byte: such an entry is fetched whole and
+            // narrowed as a view.
+            None => (whole(), std::iter::once(file.entry_range(*at)).collect()),
+        };
+        shapes.push(boxed.iter().map(|(_, len)| *len).collect::<Vec<_>>());
+        requests.push(Request { file: file.clone(), ranges });
+    }
+    let fetched = fetch::fetch(&requests)?;
+    let mut out = Vec::with_capacity(reads.len());
+    for (((index, file, at, boxed), shape), pieces) in reads.iter().zip(shapes).zip(fetched) {
+        let bytes: Cow<'_, [u8]> = match pieces.as_slice() {
+            [one] => Cow::Borrowed(one),
+            many => Cow::Owned(many.concat()),
+        };
+        let tensor = file.entry_tensor(*at, &shape, &bytes)?;
+        out.push((*index, narrow_to(tensor, *boxed)?));
+    }
+    Ok(out)
 }
 
 /// Uploads the local file `from` to `url` (multipart for large files), for putting checkpoints

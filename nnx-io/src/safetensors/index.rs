@@ -9,9 +9,10 @@ use std::sync::{Arc, OnceLock};
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
+use super::header::{MAX_METADATA_BYTES, TextBudget};
+use super::mapped::MappedFile;
 use crate::error::{Error, IndexProblem, Result, ShardProblem};
-use crate::header::{MAX_METADATA_BYTES, TextBudget};
-use crate::mapped::MappedFile;
+use crate::source::{Source, Store};
 
 /// A parsed shard index.
 pub(crate) struct ShardIndex {
@@ -458,7 +459,7 @@ impl Shard {
 
     /// Maps the shard and checks it against the index: an entry the index puts in another
     /// shard is an error (a name in two shards).
-    fn open(&self) -> Result<&(Arc<MappedFile>, HashMap<String, usize>)> {
+    fn map(&self) -> Result<&(Arc<MappedFile>, HashMap<String, usize>)> {
         if let Some(opened) = self.opened.get() {
             return Ok(opened);
         }
@@ -481,12 +482,14 @@ impl Shard {
         }
         Ok(self.opened.get_or_init(|| (file, names)))
     }
+}
 
-    /// The mapped file and entry number of `name`.
-    pub(crate) fn locate(&self, name: &str) -> Result<(&Arc<MappedFile>, usize)> {
-        let (file, names) = self.open()?;
+impl Store for Shard {
+    /// The mapped file and entry number of `name`, mapping the shard on first use.
+    fn open(&self, name: &str, _: usize) -> Result<(&dyn Source, usize)> {
+        let (file, names) = self.map()?;
         match names.get(name) {
-            Some(&at) => Ok((file, at)),
+            Some(&at) => Ok((&**file, at)),
             None => Err(self.mismatch(ShardProblem::MissingEntry { name: name.to_string() })),
         }
     }
@@ -533,12 +536,12 @@ mod tests {
     #[test]
     fn metadata_past_the_limit_is_refused_while_it_is_written() {
         // Each `1e15` is written as 18 bytes: more text than the index holds.
-        let values = vec!["1e15"; (crate::header::MAX_METADATA_BYTES / 18) + 1].join(",");
+        let values = vec!["1e15"; (crate::safetensors::header::MAX_METADATA_BYTES / 18) + 1].join(",");
         let text = format!(r#"{{"metadata": {{"a": [{values}]}}, "weight_map": {{}}}}"#);
         assert!(matches!(
             problem(&text),
             IndexProblem::TooLarge { field: "metadata", key, limit, .. }
-                if key == "a" && limit == crate::header::MAX_METADATA_BYTES
+                if key == "a" && limit == crate::safetensors::header::MAX_METADATA_BYTES
         ));
     }
 

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use super::index::{ShardIndex, shard_file_name, shard_stem};
 use crate::archive::{Archive, WriteItem};
 use crate::error::{Error, Result};
 use crate::fs::{StagedFile, folder_of, sync_folder, temporary_target, write_atomic, write_atomic_with};
-use crate::index::{ShardIndex, shard_file_name, shard_stem};
 
 /// The page of page-aligned files: 16 KiB, the page size of Apple silicon GPUs.
 pub const PAGE_BYTES: usize = 16 * 1024;

@@ -9,10 +9,7 @@ use nnx_core::DType;
 use super::pickle::{Container, StorageRef, Unpickled, Value, unpickle_with};
 use super::zip::Record;
 use crate::error::TorchProblem;
-
-/// The first pickle of every legacy file: protocol 2, the magic number
-/// 0x1950a86a20f9469cfc6c as a 10-byte `LONG1`, `STOP`.
-pub(crate) const MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e";
+use crate::format::TORCH_LEGACY_MAGIC as MAGIC;
 
 /// The protocol version legacy files carry.
 const PROTOCOL_VERSION: i64 = 1001;

@@ -10,34 +10,18 @@ mod zip;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use memmap2::Mmap;
 use nnx_core::{ByteSource, Tensor};
 
 use self::pickle::{Container, MAX_DEPTH, StorageRef, TensorRecord, Unpickled, Value, unpickle};
 use self::zip::{Record, ZipRecords};
 use crate::error::{Error, Result, TorchProblem};
-use crate::header::{MAX_METADATA_BYTES, TextBudget};
-use crate::sniff::looks_like_safetensors;
-
-/// A read-only mapping of a checkpoint that tensors point into.
-struct MappedBytes {
-    map: Mmap,
-}
-
-// SAFETY: `map` is a read-only mapping created once in `read` and never remapped, so `bytes`
-// returns the same slice for the value's whole life. nnx never writes a file in place; a change
-// made by another program while the file is mapped is outside what `Archive::open` supports,
-// and BOOL bytes are checked on every typed read.
-unsafe impl ByteSource for MappedBytes {
-    fn bytes(&self) -> &[u8] {
-        &self.map
-    }
-}
+use crate::format::{TorchContainer, torch_container};
+use crate::mapping::Mapping;
+use crate::safetensors::header::{MAX_METADATA_BYTES, TextBudget};
 
 /// The tensors and plain values of a checkpoint.
 pub(crate) struct Checkpoint {
@@ -47,38 +31,6 @@ pub(crate) struct Checkpoint {
     pub(crate) metadata: BTreeMap<String, String>,
 }
 
-/// How a file's first bytes say it was written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
-    Zip,
-    Legacy,
-    Pickle,
-}
-
-fn format(head: &[u8]) -> Option<Format> {
-    if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
-        Some(Format::Zip)
-    } else if head.starts_with(legacy::MAGIC) {
-        Some(Format::Legacy)
-    } else if head.len() >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
-        Some(Format::Pickle)
-    } else {
-        None
-    }
-}
-
-/// Whether the file at `path` starts as a PyTorch checkpoint does (a zip, or a pickle) and not
-/// as SafeTensors does (a header of 0x280 bytes starts with the bytes of a pickle's `PROTO 2`).
-pub(crate) fn is_checkpoint(path: &Path) -> Result<bool> {
-    let mut head = Vec::with_capacity(16);
-    File::open(path)
-        .map_err(Error::io("open", path))?
-        .take(16)
-        .read_to_end(&mut head)
-        .map_err(Error::io("read", path))?;
-    Ok(format(&head).is_some() && !looks_like_safetensors(&head))
-}
-
 /// Maps the checkpoint at `path` and reads its pickle; tensors become views of the mapping
 /// (copies only for legacy storages whose bytes are not aligned for their dtype).
 ///
@@ -86,21 +38,17 @@ pub(crate) fn is_checkpoint(path: &Path) -> Result<bool> {
 /// [`Error::Io`], or [`Error::Torch`] saying what is wrong (a refused global among them).
 pub(crate) fn read(path: &Path) -> Result<Checkpoint> {
     let file = File::open(path).map_err(Error::io("open", path))?;
-    // SAFETY: the mapping is read-only and nnx never writes a file in place, so the bytes only
-    // change if another program rewrites the file while it is mapped, which `Archive::open`
-    // documents as unsupported.
-    let map = unsafe { Mmap::map(&file) }.map_err(Error::io("map", path))?;
+    let mapped = Arc::new(Mapping::new(&file, path)?);
     // Opening reads the central directory, one local header per record and the pickle: a few
     // bytes here and there. Without this hint every header touched would read ahead megabytes
     // of tensor data, half the file for a 1 GiB checkpoint on a cold cache. The usual
     // read-ahead is restored once the headers are read, for the tensors. Only a hint.
     #[cfg(unix)]
-    let _ = map.advise(memmap2::Advice::Random);
-    let mapped = Arc::new(MappedBytes { map });
+    mapped.advise(memmap2::Advice::Random);
     let refuse = |problem| Error::Torch { path: path.to_path_buf(), problem };
     let bytes = mapped.bytes();
-    let (unpickled, records) = match format(bytes) {
-        Some(Format::Zip) => {
+    let (unpickled, records) = match torch_container(bytes) {
+        Some(TorchContainer::Zip) => {
             let zip = ZipRecords::read(bytes).map_err(refuse)?;
             let pickle = zip.get("data.pkl").ok_or(TorchProblem::NoDataPickle).map_err(refuse)?;
             if let Some(order) = zip.get("byteorder")
@@ -123,8 +71,8 @@ pub(crate) fn read(path: &Path) -> Result<Checkpoint> {
             }
             (unpickled, records)
         }
-        Some(Format::Legacy) => legacy::read(bytes).map_err(refuse)?,
-        Some(Format::Pickle) | None => {
+        Some(TorchContainer::Legacy) => legacy::read(bytes).map_err(refuse)?,
+        Some(TorchContainer::Pickle) | None => {
             let unpickled = unpickle(bytes, 0).map_err(|error| {
                 refuse(TorchProblem::Pickle {
                     pickle: "the pickle".into(),
@@ -160,7 +108,7 @@ pub(crate) fn read(path: &Path) -> Result<Checkpoint> {
         entries.push((name, tensor));
     }
     #[cfg(unix)]
-    let _ = mapped.map.advise(memmap2::Advice::Normal);
+    mapped.advise(memmap2::Advice::Normal);
     Ok(Checkpoint { entries, metadata })
 }
 
