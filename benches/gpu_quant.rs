@@ -19,10 +19,11 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use nnx::quant::{AffineSpec, AffineWeight, QuantizedLinear, SeedEncoding, SeedLinear, SeedWeight, pack_seed_codes};
-use nnx::{DType, Device, Gpu, Tensor, TensorError};
+
+use nnx::{DType, Device, Error, Gpu, Tensor};
 
 /// The errors of tensors and devices.
-type Result<T> = std::result::Result<T, TensorError>;
+type Result<T> = std::result::Result<T, Error>;
 
 /// Rows and columns of the weight unless `NNX_BENCH_SIZE` says otherwise.
 const SIZE: usize = 4096;

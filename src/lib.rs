@@ -45,7 +45,7 @@ pub use nnx_core::Compute;
 /// The GPU device: one wgpu adapter.
 #[cfg(feature = "gpu")]
 pub use nnx_core::Gpu;
-pub use nnx_core::{DType, Device, Element, Host, OnDevice, Place, Placement, Placer, Tensor, UnknownDType};
+pub use nnx_core::{DType, Device, Element, Host, OnDevice, Place, Placement, Placer, Tensor};
 
 // Modules: the trait, its walk, and what the walk reports.
 pub use nnx_core::{
@@ -55,8 +55,7 @@ pub use nnx_core::{
 
 // State dicts and loads.
 pub use nnx_core::{
-    FlatStateDict, LoadError, LoadOptions, LoadReport, Problem, StateDict, StateNode, TensorSpec, describe_import,
-    key_table, module_specs,
+    FlatStateDict, LoadOptions, LoadReport, StateDict, StateNode, TensorSpec, describe_import, key_table, module_specs,
 };
 
 // Pretrained folders: `config.json`, weights and a model card, saved and loaded as a whole.
@@ -74,23 +73,21 @@ pub use nnx_io::remote;
 /// Printing outside text safely: control characters escaped, URLs without credentials.
 pub use nnx_io::text;
 pub use nnx_io::{
-    Archive, ConfigRule, EntryInfo, EntryLocation, FileKind, HeaderProblem, HookContext, ImportError, ImportHook,
-    ImportOptions, ImportPlan, ImportProblem, ImportReport, PAGE_BYTES, SaveOptions, TensorParallel, quantized, sniff,
+    Archive, EntryInfo, EntryLocation, HookContext, ImportHook, ImportOptions, ImportPlan, ImportReport, PAGE_BYTES,
+    SaveOptions, TensorParallel, quantized, sniff,
 };
 
-// What errors report, for programs that match on them.
-pub use nnx_core::{ConcatProblem, DidYouMean, HookError, LoadAction, OpChain, ProblemKind, ProblemSource, SourceOp};
-pub use nnx_io::{
-    ConfigProblem, ExportProblem, HubProblem, IndexProblem, PickleLimit, PickleProblem, RemoteProblem, ShardProblem,
-    TorchProblem, UnsavableProblem, ZipRecordProblem,
-};
-
-/// The error of tensor operations alone; [`Error`] wraps it, so `?` converts.
-pub use nnx_core::Error as TensorError;
-/// The error of every nnx operation: archives, loads, and tensor operations.
-pub use nnx_io::Error;
+/// The error of every nnx operation, from a tensor operation to a Hub download.
+pub use nnx_core::Error;
 /// `Result` with [`Error`].
-pub use nnx_io::Result;
+pub use nnx_core::Result;
+
+/// The problem types [`Error`]'s variants name, for programs that match on them.
+pub mod error {
+    pub use nnx_core::UnknownDType;
+    pub use nnx_core::error::*;
+    pub use nnx_io::{ImportError, ImportProblem};
+}
 
 #[doc(hidden)]
 pub use nnx_core::__private;

@@ -8,9 +8,9 @@ use std::path::Path;
 
 use nnx_io::fs::{TargetFolder, copy_synced, restore_folder, sync_folder, temporary_target, write_atomic};
 
+use crate::error::ConfigProblem;
 use crate::{
-    Archive, ConfigProblem, DType, Error, ImportReport, Module, Result, SaveOptions, Tensor, for_each_entry,
-    for_each_entry_mut,
+    Archive, DType, Error, ImportReport, Module, Result, SaveOptions, Tensor, for_each_entry, for_each_entry_mut,
 };
 
 /// The configuration file of a pretrained folder.
@@ -301,7 +301,7 @@ fn save<M: Pretrained>(model: &M, dir: &Path, options: &PretrainedOptions) -> Re
     // Everything that can be refused without touching the disk is, first.
     let weights = Weights::of(model);
     if let Some(name) = weights.meta {
-        return Err(Error::Unsavable { name, problem: crate::UnsavableProblem::Meta });
+        return Err(Error::Unsavable { name, problem: crate::error::UnsavableProblem::Meta });
     }
     let config = config_json::<M>(model, weights.dtype, &dir.join(CONFIG_FILE))?;
     let card = model_card::<M>(weights.parameters, weights.dtype);

@@ -25,7 +25,8 @@ pub fn local(path: PathBuf) -> Result<PathBuf, CliError> {
 pub fn open_archive(path: PathBuf) -> Result<(PathBuf, Archive), CliError> {
     #[cfg(feature = "remote")]
     if path.to_str().is_some_and(|text| text.starts_with(nnx::hub::HubPath::SCHEME)) && !nnx::hub::offline() {
-        use nnx::{Error, RemoteProblem};
+        use nnx::Error;
+        use nnx::error::RemoteProblem;
         match Archive::open(&path) {
             // Not SafeTensors: the cache can still fetch it and read any format.
             Err(Error::Remote { problem: RemoteProblem::NotSafeTensors | RemoteProblem::NoWeights, .. }) => {}

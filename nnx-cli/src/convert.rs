@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use nnx::{Archive, DType, SaveOptions, TensorError};
+use nnx::{Archive, DType, Error, SaveOptions};
 
 use crate::common::{CliError, open_archive, progress_bar};
 use crate::dequantize::FloatType;
@@ -112,10 +112,10 @@ fn target(output: &Path, sharded: bool) -> Result<PathBuf, CliError> {
 }
 
 /// A failure to copy entry `name` of `input`, saying what to do.
-fn entry_error(input: &Path, name: &str, error: &TensorError) -> CliError {
+fn entry_error(input: &Path, name: &str, error: &Error) -> CliError {
     let input = input.display();
     CliError(match error {
-        TensorError::Expansion { shape, bytes, stored, limit, .. } => format!(
+        Error::Expansion { shape, bytes, stored, limit, .. } => format!(
             "cannot convert `{name}` of `{input}`: its layout (shape {shape:?}) repeats the {stored} bytes it is stored in into {bytes} bytes, over the limit of {limit} bytes ({} times the stored bytes plus {} MiB), as no saved weight does: if the copy is meant, pass `--allow-expansion`",
             nnx::Tensor::EXPANSION_FACTOR,
             nnx::Tensor::EXPANSION_ALLOWANCE >> 20
@@ -155,7 +155,7 @@ fn convert(mut archive: Archive, input: &Path, output: &Path, options: &Options)
     for name in &names {
         let info = archive.info(name)?;
         bar.set_message(name.clone());
-        let refuse = |error: TensorError| entry_error(input, name, &error);
+        let refuse = |error: Error| entry_error(input, name, &error);
         let mut tensor = archive.try_get(name)?;
         if let Err(error) = tensor.check_expansion(tensor.expansion_limit()) {
             if !options.allow_expansion {

@@ -8,7 +8,7 @@ mod compute;
 mod device;
 mod dtype;
 mod element;
-mod error;
+pub mod error;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 mod kernels;
@@ -21,6 +21,7 @@ mod state;
 mod storage;
 mod table;
 mod tensor;
+pub mod text;
 
 #[cfg(feature = "kernels")]
 pub use compute::Compute;

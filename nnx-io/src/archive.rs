@@ -425,7 +425,7 @@ impl Archive {
     /// (f16, bf16, f32, f64); never a reinterpretation of bytes.
     ///
     /// # Errors
-    /// [`Error::NoEntry`], [`Error::NotFloat`] for non-float entries or targets,
+    /// [`Error::NoEntry`], [`Error::EntryNotFloat`] for non-float entries or targets,
     /// [`Error::EntryMismatch`] for another shape, [`Error::Data`] when the cast would
     /// materialize a view past its expansion limit.
     pub fn float(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
@@ -433,7 +433,7 @@ impl Archive {
         let (found_dtype, found_shape) = source.spec(at);
         if !found_dtype.is_castable_float() || !dtype.is_castable_float() {
             let dtype = if found_dtype.is_castable_float() { dtype } else { found_dtype };
-            return Err(Error::NotFloat { origin: self.origin.clone(), name: name.to_string(), dtype });
+            return Err(Error::EntryNotFloat { origin: self.origin.clone(), name: name.to_string(), dtype });
         }
         if found_shape != shape {
             return Err(self.mismatch(name, dtype, shape, found_dtype, found_shape));

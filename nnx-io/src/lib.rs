@@ -20,7 +20,8 @@ pub mod remote;
 mod safetensors;
 pub mod sniff;
 mod source;
-pub mod text;
+/// Printing outside text safely: control characters escaped, URLs without credentials.
+pub use nnx_core::text;
 mod torch;
 
 pub use archive::{Archive, EntryInfo, EntryLocation};

@@ -75,7 +75,7 @@ impl EncodedWeight {
                 }
             }
         };
-        Ok(tensor.to_dtype(dtype)?)
+        tensor.to_dtype(dtype)
     }
 
     /// The stored entries of the weight named `name` (a module path), in stream order.
@@ -157,7 +157,7 @@ impl QuantizationConfig {
             let bits = number("bits", AFFINE_BITS.iter().map(|&bits| u64::from(bits)).collect())?;
             let group_size = number("group_size", AFFINE_GROUP_SIZES.iter().map(|&size| size as u64).collect())?;
             // Both are among the supported values, which fit the spec's fields.
-            Ok(AffineSpec::new(bits as u32, group_size as usize)?)
+            AffineSpec::new(bits as u32, group_size as usize)
         };
         let default = spec(object, "")?;
         let mut overrides = BTreeMap::new();

@@ -1,7 +1,7 @@
 //! [`KvCache`]: the keys and values of the positions a causal model has seen, preallocated on
 //! the model's device, so that each decoding step computes one new position per sequence.
 
-use crate::{Compute, Device, Host, Tensor, TensorError};
+use crate::{Compute, Device, Error, Host, Tensor};
 
 /// The attention keys and values of every layer for a batch of sequences, in preallocated f32
 /// tensors `[batch, kv_heads, capacity, head_dim]` on the model's device (host memory or GPU
@@ -53,28 +53,26 @@ impl<D: Device> KvCache<D> {
     /// passes that many filler tokens (any valid id) in front of each sequence's first token.
     ///
     /// # Errors
-    /// [`TensorError::LengthMismatch`] unless `padding` has one entry per sequence;
-    /// [`TensorError::BadShape`] once positions are cached, or when a sequence would be
+    /// [`Error::LengthMismatch`] unless `padding` has one entry per sequence;
+    /// [`Error::BadShape`] once positions are cached, or when a sequence would be
     /// padding only.
     pub fn set_padding(&mut self, padding: &[usize]) -> crate::Result<()> {
         const OP: &str = "set_padding";
         if padding.len() != self.batch() {
-            return Err(TensorError::LengthMismatch {
+            return Err(Error::LengthMismatch {
                 op: OP,
                 what: "padding entries (one per sequence)",
                 expected: self.batch(),
                 found: padding.len(),
                 shape: vec![self.batch(), self.capacity],
-            }
-            .into());
+            });
         }
         if self.len > 0 || padding.iter().any(|&slots| slots >= self.capacity) {
-            return Err(TensorError::BadShape {
+            return Err(Error::BadShape {
                 op: OP,
                 expected: "an empty cache and less padding than its capacity",
                 shape: vec![self.batch(), self.len, self.capacity],
-            }
-            .into());
+            });
         }
         self.padding = padding.to_vec();
         Ok(())
@@ -103,7 +101,7 @@ impl<D: Device> KvCache<D> {
     /// Marks `seq` more positions as filled, once every layer has [`update`](KvCache::update)d.
     ///
     /// # Errors
-    /// [`TensorError::CacheFull`] when that passes the capacity.
+    /// [`Error::CacheFull`] when that passes the capacity.
     pub fn advance(&mut self, seq: usize) -> crate::Result<()> {
         self.check_room(seq)?;
         self.len += seq;
@@ -119,7 +117,7 @@ impl<D: Device> KvCache<D> {
     fn check_room(&self, seq: usize) -> crate::Result<()> {
         let needed = self.len.saturating_add(seq);
         if needed > self.capacity {
-            return Err(TensorError::CacheFull { capacity: self.capacity, needed }.into());
+            return Err(Error::CacheFull { capacity: self.capacity, needed });
         }
         Ok(())
     }
@@ -133,7 +131,7 @@ where
     /// `batch` sequences of `capacity` positions, allocated (zeroed) on the device of `like`.
     ///
     /// # Errors
-    /// [`TensorError::TooLarge`] when the tensors cannot be addressed, or the device's error
+    /// [`Error::TooLarge`] when the tensors cannot be addressed, or the device's error
     /// when it cannot hold them.
     pub fn new(
         like: &Tensor<D>,
@@ -161,9 +159,9 @@ where
     /// before the next step, or that step copies the layer's tensors.
     ///
     /// # Errors
-    /// [`TensorError::CacheFull`] when the new positions do not fit;
-    /// [`TensorError::ShapeMismatch`] when the keys or values are not shaped as the cache;
-    /// [`TensorError::AxisOutOfRange`] for a layer the cache does not have.
+    /// [`Error::CacheFull`] when the new positions do not fit;
+    /// [`Error::ShapeMismatch`] when the keys or values are not shaped as the cache;
+    /// [`Error::AxisOutOfRange`] for a layer the cache does not have.
     pub fn update(
         &mut self,
         layer: usize,
@@ -171,12 +169,7 @@ where
         values: &Tensor<D>,
     ) -> crate::Result<(Tensor<D>, Tensor<D>)> {
         if layer >= self.keys.len() {
-            return Err(TensorError::AxisOutOfRange {
-                axis: layer,
-                rank: self.keys.len(),
-                shape: vec![self.keys.len()],
-            }
-            .into());
+            return Err(Error::AxisOutOfRange { axis: layer, rank: self.keys.len(), shape: vec![self.keys.len()] });
         }
         let seq = keys.shape().get(2).copied().unwrap_or(0);
         self.check_room(seq)?;
@@ -217,7 +210,7 @@ mod tests {
         assert_eq!(address(&cache), before, "the writes went into the preallocated tensor");
         cache.advance(1).unwrap();
         let error = cache.update(0, &counting(&[1, 2, 2, 4], 0.0), &counting(&[1, 2, 2, 4], 0.0)).unwrap_err();
-        assert!(matches!(error, crate::Error::Tensor(TensorError::CacheFull { capacity: 5, needed: 6 })), "{error}");
+        assert!(matches!(error, crate::Error::CacheFull { capacity: 5, needed: 6 }), "{error}");
     }
 
     #[test]

@@ -37,8 +37,9 @@ pub use cache::KvCache;
 #[cfg(feature = "text")]
 pub use text::{TextStream, Tokenizer};
 
+use crate::error::ConfigProblem;
 use crate::models::CausalLm;
-use crate::{ConfigProblem, Error, Result, TensorError};
+use crate::{Error, Result};
 use sample::Rng;
 
 /// How the next token is chosen from the model's logits.
@@ -171,7 +172,7 @@ impl GenerationConfig {
     ///
     /// # Errors
     /// [`Error::Io`] for a file that exists but cannot be read, [`Error::Config`] for one that
-    /// is not JSON or whose fields have the wrong type, [`TensorError::GenerationSetting`] for
+    /// is not JSON or whose fields have the wrong type, [`Error::GenerationSetting`] for
     /// values [`GenerationConfig::check`] refuses.
     pub fn from_folder(folder: impl AsRef<Path>) -> Result<GenerationConfig> {
         let folder = folder.as_ref();
@@ -202,10 +203,10 @@ impl GenerationConfig {
     /// in `(0, 1]`, a finite positive repetition penalty.
     ///
     /// # Errors
-    /// [`TensorError::GenerationSetting`] naming the first setting at fault.
+    /// [`Error::GenerationSetting`] naming the first setting at fault.
     pub fn check(&self) -> Result<()> {
         let fail = |setting: &'static str, value: String, rule: &'static str| -> Result<()> {
-            Err(TensorError::GenerationSetting { setting, value, rule }.into())
+            Err(Error::GenerationSetting { setting, value, rule })
         };
         if let Sampling::Random { temperature, top_k, top_p } = self.sampling {
             if !(temperature.is_finite() && temperature >= 0.0) {
@@ -314,25 +315,24 @@ impl<'a, M: CausalLm> Generator<'a, M> {
     /// is computed until the first [`step`](Generator::step).
     ///
     /// # Errors
-    /// [`TensorError::GenerationSetting`] for settings [`GenerationConfig::check`] refuses,
-    /// [`TensorError::BadShape`] for no prompt or an empty one, [`TensorError::CacheFull`]
+    /// [`Error::GenerationSetting`] for settings [`GenerationConfig::check`] refuses,
+    /// [`Error::BadShape`] for no prompt or an empty one, [`Error::CacheFull`]
     /// when the longest prompt does not fit the model's context, or the device's error when it
     /// cannot hold the cache.
     pub fn new<P: AsRef<[u32]>>(model: &'a M, prompts: &[P], config: GenerationConfig) -> Result<Generator<'a, M>> {
         config.check()?;
         let lengths: Vec<usize> = prompts.iter().map(|prompt| prompt.as_ref().len()).collect();
         if lengths.is_empty() || lengths.contains(&0) {
-            return Err(TensorError::BadShape {
+            return Err(Error::BadShape {
                 op: "generate",
                 expected: "one or more prompts of at least one token each",
                 shape: lengths,
-            }
-            .into());
+            });
         }
         let longest = lengths.iter().copied().max().unwrap_or(0);
         let context = model.context_length();
         if longest > context {
-            return Err(TensorError::CacheFull { capacity: context, needed: longest }.into());
+            return Err(Error::CacheFull { capacity: context, needed: longest });
         }
         // The last token chosen is never computed, so the cache needs one row less than that.
         let capacity = (longest + config.max_new_tokens.saturating_sub(1)).min(context);
@@ -378,19 +378,18 @@ impl<'a, M: CausalLm> Generator<'a, M> {
     /// finished before this step. `Ok(None)` once every sequence has finished.
     ///
     /// # Errors
-    /// The model's errors; [`TensorError::GenerationSetting`] when stop strings are set without
+    /// The model's errors; [`Error::GenerationSetting`] when stop strings are set without
     /// a decoder; the decoder's errors.
     pub fn step(&mut self) -> Result<Option<Vec<Option<u32>>>> {
         if self.is_finished() {
             return Ok(None);
         }
         if !self.config.stop_strings.is_empty() && self.decoder.is_none() {
-            return Err(TensorError::GenerationSetting {
+            return Err(Error::GenerationSetting {
                 setting: "stop_strings",
                 value: format!("{:?}", self.config.stop_strings),
                 rule: "given with a decoder (`Generator::with_decoder` or `with_tokenizer`)",
-            }
-            .into());
+            });
         }
         self.compute()?;
         let vocab = self.logits.len() / self.sequences.len();

@@ -236,9 +236,7 @@ where
             .add(&self.embeddings.token_types.forward(&types)?)?;
         let mut x = self.embeddings.norm.forward(&embedded)?;
         let split_heads = |t: Tensor<D>| -> crate::Result<Tensor<D>> {
-            Ok(Compute::contiguous(
-                &Compute::reshape(&t, &[size, seq, heads, hidden / heads])?.permute(&[0, 2, 1, 3])?,
-            )?)
+            Compute::contiguous(&Compute::reshape(&t, &[size, seq, heads, hidden / heads])?.permute(&[0, 2, 1, 3])?)
         };
         for layer in &self.layers {
             let q = split_heads(layer.q.forward(&x)?)?;
@@ -250,7 +248,7 @@ where
             let inner = layer.up.forward(&x)?.gelu()?;
             x = layer.out_norm.forward(&layer.down.forward(&inner)?.add(&x)?)?;
         }
-        Ok(Compute::reshape(&x, &[size, seq, hidden])?)
+        Compute::reshape(&x, &[size, seq, hidden])
     }
 
     /// Sentence embeddings as sentence-transformers makes them: the hidden states averaged over
@@ -259,7 +257,7 @@ where
     /// # Errors
     /// As [`Bert::forward`].
     pub fn embed(&self, batch: &Batch) -> crate::Result<Tensor<D>> {
-        Ok(self.forward(batch)?.mean_pool(&batch.mask)?.l2_normalize()?)
+        self.forward(batch)?.mean_pool(&batch.mask)?.l2_normalize()
     }
 }
 
@@ -310,7 +308,7 @@ impl FusedBert {
     ///
     /// # Errors
     /// [`crate::Error::ConfigField`] for a configuration that [`BertConfig::check`] refuses,
-    /// [`crate::TensorError::ShapeMismatch`] (as [`crate::Error::Tensor`]) for weights whose
+    /// [`crate::Error::ShapeMismatch`] for weights whose
     /// shapes do not fit it, and the errors of the tensors (meta or not float).
     pub fn new(model: &Bert) -> crate::Result<FusedBert> {
         const OP: &str = "FusedBert::new";
@@ -324,8 +322,7 @@ impl FusedBert {
             if fits {
                 return Ok(());
             }
-            Err(nnx_core::Error::ShapeMismatch { op: OP, lhs: shape.to_vec(), rhs: tensor.shape().to_vec(), reason }
-                .into())
+            Err(nnx_core::Error::ShapeMismatch { op: OP, lhs: shape.to_vec(), rhs: tensor.shape().to_vec(), reason })
         };
         // A 0 in an expected shape takes any size.
         let table = "an embedding table must be `[rows, hidden_size]`";
@@ -346,14 +343,13 @@ impl FusedBert {
                     lhs: shape.to_vec(),
                     rhs: found.to_vec(),
                     reason: "a layer's weights must be `[out, in]` as the configuration sizes them",
-                }
-                .into());
+                });
             }
             Ok(fused)
         };
         let norm = |norm: &LayerNorm| -> crate::Result<FusedLayerNorm> {
             expect(&norm.weight, &[hidden], "a norm must be `[hidden_size]`")?;
-            Ok(FusedLayerNorm::new(norm)?)
+            FusedLayerNorm::new(norm)
         };
         let layers = model
             .layers

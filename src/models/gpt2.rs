@@ -206,7 +206,7 @@ where
         let positions: Vec<u32> = (0..seq as u32).collect();
         let mut h = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
         let split_heads = |t: Tensor<D>| -> crate::Result<Tensor<D>> {
-            Ok(Compute::contiguous(&Compute::reshape(&t, &[1, seq, heads, width / heads])?.permute(&[0, 2, 1, 3])?)?)
+            Compute::contiguous(&Compute::reshape(&t, &[1, seq, heads, width / heads])?.permute(&[0, 2, 1, 3])?)
         };
         for block in &self.h {
             let x = block.ln_1.forward(&h)?;
@@ -217,7 +217,7 @@ where
             let x = block.ln_2.forward(&h)?;
             h = h.add(&block.mlp.down.forward(&block.mlp.up.forward(&x)?.gelu_tanh()?)?)?;
         }
-        Ok(Compute::linear(&self.ln_f.forward(&h)?, &self.lm_head.weight, None)?)
+        Compute::linear(&self.ln_f.forward(&h)?, &self.lm_head.weight, None)
     }
 
     /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,
@@ -227,7 +227,7 @@ where
     ///
     /// # Errors
     /// A token id past the vocabulary, `ids` that are not whole rows, or
-    /// [`TensorError::CacheFull`](crate::TensorError::CacheFull).
+    /// [`Error::CacheFull`](crate::Error::CacheFull).
     pub fn forward_with_cache(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor<D>> {
         let batch = cache.batch();
         let seq = super::cached_rows(ids, batch)?;
@@ -237,7 +237,7 @@ where
         let mut h = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
         // `[batch * seq, width]` as `[batch, heads, seq, head_dim]`, a view.
         let split_heads = |t: Tensor<D>| -> crate::Result<Tensor<D>> {
-            Ok(Compute::reshape(&t, &[batch, seq, heads, width / heads])?.permute(&[0, 2, 1, 3])?)
+            Compute::reshape(&t, &[batch, seq, heads, width / heads])?.permute(&[0, 2, 1, 3])
         };
         for (layer, block) in self.h.iter().enumerate() {
             let x = block.ln_1.forward(&h)?;
@@ -253,7 +253,7 @@ where
         cache.advance(seq)?;
         let last =
             Compute::reshape(&Compute::reshape(&h, &[batch, seq, width])?.narrow(1, seq - 1, 1)?, &[batch, width])?;
-        Ok(Compute::linear(&self.ln_f.forward(&last)?, &self.lm_head.weight, None)?)
+        Compute::linear(&self.ln_f.forward(&last)?, &self.lm_head.weight, None)
     }
 }
 
@@ -264,7 +264,7 @@ where
     type Device = D;
 
     fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
-        Ok(Compute::to_host(&self.forward(ids)?)?)
+        Compute::to_host(&self.forward(ids)?)
     }
 
     /// `n_positions`.
@@ -279,7 +279,7 @@ where
     }
 
     fn forward_cached(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor> {
-        Ok(Compute::to_host(&self.forward_with_cache(ids, cache)?)?)
+        Compute::to_host(&self.forward_with_cache(ids, cache)?)
     }
 }
 

@@ -277,7 +277,7 @@ impl Llama {
     /// As [`QuantizedLinear::from_linear`](crate::quant::QuantizedLinear::from_linear): an
     /// unsupported width or group, or a width not a multiple of the group.
     pub fn quantize(&self, bits: u32, group_size: usize) -> crate::Result<Llama<Host, Affine>> {
-        self.map_weights(|linear| Ok(crate::quant::QuantizedLinear::from_linear(linear, bits, group_size)?))
+        self.map_weights(|linear| crate::quant::QuantizedLinear::from_linear(linear, bits, group_size))
     }
 }
 
@@ -337,7 +337,7 @@ where
         let (seq, head_dim) = (ids.len(), config.head_dim());
         let positions: Vec<usize> = (0..seq).collect();
         let split_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
-            Ok(Compute::contiguous(&Compute::reshape(&t, &[1, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?)?)
+            Compute::contiguous(&Compute::reshape(&t, &[1, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?)
         };
         let mut h = self.embed.forward(ids)?;
         for layer in &self.layers {
@@ -365,7 +365,7 @@ where
     ///
     /// # Errors
     /// A token id past the vocabulary, `ids` that are not whole rows, or
-    /// [`TensorError::CacheFull`](crate::TensorError::CacheFull).
+    /// [`Error::CacheFull`](crate::Error::CacheFull).
     pub fn forward_with_cache(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor<D>> {
         let config = &self.config;
         let batch = cache.batch();
@@ -379,10 +379,10 @@ where
         let rotated_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
             let rows = Compute::reshape(&t, &[1, batch * seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?;
             let rotated = rows.rotary(&positions, config.theta())?;
-            Ok(Compute::reshape(&rotated, &[heads, batch, seq, head_dim])?.permute(&[1, 0, 2, 3])?)
+            Compute::reshape(&rotated, &[heads, batch, seq, head_dim])?.permute(&[1, 0, 2, 3])
         };
         let split_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
-            Ok(Compute::reshape(&t, &[batch, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?)
+            Compute::reshape(&t, &[batch, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])
         };
         let mut h = self.embed.forward(ids)?;
         for (index, layer) in self.layers.iter().enumerate() {
@@ -416,7 +416,7 @@ where
     type Device = D;
 
     fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
-        Ok(Compute::to_host(&self.forward(ids)?)?)
+        Compute::to_host(&self.forward(ids)?)
     }
 
     /// [`LlamaConfig::context_length`].
@@ -431,7 +431,7 @@ where
     }
 
     fn forward_cached(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor> {
-        Ok(Compute::to_host(&self.forward_with_cache(ids, cache)?)?)
+        Compute::to_host(&self.forward_with_cache(ids, cache)?)
     }
 }
 

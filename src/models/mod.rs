@@ -30,33 +30,33 @@ where
     Tensor<D>: Compute,
 {
     fn project(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
-        Ok(self.forward(x)?)
+        self.forward(x)
     }
 }
 
 impl Project<Host> for QuantizedLinear {
     fn project(&self, x: &Tensor) -> crate::Result<Tensor> {
-        Ok(self.forward(x)?)
+        self.forward(x)
     }
 }
 
 impl Project<Host> for SeedLinear {
     fn project(&self, x: &Tensor) -> crate::Result<Tensor> {
-        Ok(self.forward(x)?)
+        self.forward(x)
     }
 }
 
 #[cfg(feature = "gpu")]
 impl Project<crate::Gpu> for QuantizedLinear<crate::Gpu> {
     fn project(&self, x: &Tensor<crate::Gpu>) -> crate::Result<Tensor<crate::Gpu>> {
-        Ok(self.forward(x)?)
+        self.forward(x)
     }
 }
 
 #[cfg(feature = "gpu")]
 impl Project<crate::Gpu> for SeedLinear<crate::Gpu> {
     fn project(&self, x: &Tensor<crate::Gpu>) -> crate::Result<Tensor<crate::Gpu>> {
-        Ok(self.forward(x)?)
+        self.forward(x)
     }
 }
 
@@ -102,7 +102,7 @@ pub(crate) fn read_config<T: serde::de::DeserializeOwned>(
     let text = nnx_io::config::read_text(path)?;
     let config = serde_json::from_str(&text).map_err(|error| crate::Error::Config {
         path: path.to_path_buf(),
-        problem: crate::ConfigProblem::NotModelConfig { message: error.to_string() },
+        problem: crate::error::ConfigProblem::NotModelConfig { message: error.to_string() },
     })?;
     check(&config, path)?;
     Ok(config)
@@ -127,19 +127,19 @@ impl<'a> Checks<'a> {
         Checks { path }
     }
 
-    fn fail(&self, field: &str, found: usize, rule: crate::ConfigRule) -> crate::Error {
+    fn fail(&self, field: &str, found: usize, rule: crate::error::ConfigRule) -> crate::Error {
         crate::Error::ConfigField { path: self.path.to_path_buf(), field: field.to_string(), found: found as u64, rule }
     }
 
     /// `value` is at least 1.
     pub(crate) fn positive(&self, field: &str, value: usize) -> crate::Result<()> {
-        if value == 0 { Err(self.fail(field, value, crate::ConfigRule::Positive)) } else { Ok(()) }
+        if value == 0 { Err(self.fail(field, value, crate::error::ConfigRule::Positive)) } else { Ok(()) }
     }
 
     /// `value` is at most `limit`.
     pub(crate) fn at_most(&self, field: &str, value: usize, limit: usize) -> crate::Result<()> {
         if value > limit {
-            Err(self.fail(field, value, crate::ConfigRule::AtMost { limit: limit as u64 }))
+            Err(self.fail(field, value, crate::error::ConfigRule::AtMost { limit: limit as u64 }))
         } else {
             Ok(())
         }
@@ -150,13 +150,17 @@ impl<'a> Checks<'a> {
         if whole.1.is_multiple_of(value) {
             Ok(())
         } else {
-            Err(self.fail(field, value, crate::ConfigRule::Divides { field: whole.0, value: whole.1 as u64 }))
+            Err(self.fail(field, value, crate::error::ConfigRule::Divides { field: whole.0, value: whole.1 as u64 }))
         }
     }
 
     /// `value` is even, for `reason`.
     pub(crate) fn even(&self, field: &str, value: usize, reason: &'static str) -> crate::Result<()> {
-        if value.is_multiple_of(2) { Ok(()) } else { Err(self.fail(field, value, crate::ConfigRule::Even { reason })) }
+        if value.is_multiple_of(2) {
+            Ok(())
+        } else {
+            Err(self.fail(field, value, crate::error::ConfigRule::Even { reason }))
+        }
     }
 
     /// The weights hold `layers` times the products of `per_layer`, plus the products of
@@ -179,7 +183,7 @@ impl<'a> Checks<'a> {
             return Ok(());
         }
         let (field, value) = fields.iter().copied().max_by_key(|&(_, value)| value).unwrap_or(("", 0));
-        Err(self.fail(field, value, crate::ConfigRule::Addressable))
+        Err(self.fail(field, value, crate::error::ConfigRule::Addressable))
     }
 }
 
@@ -205,7 +209,7 @@ pub trait CausalLm {
     /// model's device.
     ///
     /// # Errors
-    /// [`TensorError::CacheFull`](crate::TensorError::CacheFull) for a capacity past
+    /// [`Error::CacheFull`](crate::Error::CacheFull) for a capacity past
     /// [`context_length`](CausalLm::context_length), or the device's error when it cannot
     /// hold the cache.
     fn new_cache(&self, batch: usize, capacity: usize) -> crate::Result<crate::generate::KvCache<Self::Device>>;
@@ -217,7 +221,7 @@ pub trait CausalLm {
     ///
     /// # Errors
     /// A token id past the vocabulary, `ids` that are not whole rows,
-    /// [`TensorError::CacheFull`](crate::TensorError::CacheFull) when they do not fit the
+    /// [`Error::CacheFull`](crate::Error::CacheFull) when they do not fit the
     /// cache, or the device's errors.
     fn forward_cached(
         &self,
@@ -247,14 +251,13 @@ pub trait CausalLm {
 /// non-empty rows.
 pub(crate) fn cached_rows(ids: &[u32], batch: usize) -> crate::Result<usize> {
     if batch == 0 || ids.is_empty() || !ids.len().is_multiple_of(batch) {
-        return Err(crate::TensorError::LengthMismatch {
+        return Err(crate::Error::LengthMismatch {
             op: "forward_cached",
             what: "token ids (one non-empty row per sequence of the cache)",
             expected: batch.max(1) * ids.len().div_ceil(batch.max(1)).max(1),
             found: ids.len(),
             shape: vec![batch],
-        }
-        .into());
+        });
     }
     Ok(ids.len() / batch)
 }
@@ -262,7 +265,7 @@ pub(crate) fn cached_rows(ids: &[u32], batch: usize) -> crate::Result<usize> {
 /// Checks a cache capacity against a model's context length.
 pub(crate) fn check_capacity(capacity: usize, context: usize) -> crate::Result<()> {
     if capacity > context {
-        return Err(crate::TensorError::CacheFull { capacity: context, needed: capacity }.into());
+        return Err(crate::Error::CacheFull { capacity: context, needed: capacity });
     }
     Ok(())
 }

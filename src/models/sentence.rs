@@ -8,8 +8,9 @@ use std::sync::OnceLock;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use super::bert::{Batch, Bert, BertConfig, FusedBert};
+use crate::error::ConfigProblem;
 use crate::nn::Init;
-use crate::{Archive, ConfigProblem, DType, Error, ImportReport, Result};
+use crate::{Archive, DType, Error, ImportReport, Result};
 
 /// The folder's own sequence limit, which differs from the one saved in `tokenizer.json`.
 #[derive(serde::Deserialize)]

@@ -7,7 +7,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::Path;
 
-use nnx::{Archive, Error, FileKind, HeaderProblem, ShardProblem};
+use nnx::error::{FileKind, HeaderProblem, ShardProblem};
+use nnx::{Archive, Error};
 use proptest::prelude::*;
 
 use crate::util::{fixtures, scratch};
@@ -534,7 +535,7 @@ fn check(name: &str, path: &Path, expect: &Expect, says: &[&str]) {
         (Expect::BadData(entry), Error::Data { path: at, name: found, source }) => {
             assert_eq!(found, entry, "{name}");
             assert_eq!(at, path, "{name}");
-            assert!(matches!(**source, nnx::TensorError::InvalidBool { .. }), "{name}: {source:?}");
+            assert!(matches!(**source, nnx::Error::InvalidBool { .. }), "{name}: {source:?}");
         }
         (_, other) => panic!("{name}: unexpected error {other:?}"),
     }

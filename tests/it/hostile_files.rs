@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nnx::{Archive, Error, TorchProblem};
+use nnx::error::TorchProblem;
+use nnx::{Archive, Error};
 
 use crate::util::{Bounded, run_nnx_bounded, scratch};
 
@@ -256,7 +257,7 @@ fn hostile_files_a_stride_zero_view_is_inspected_but_not_converted() {
     let archive = Archive::open(&path).unwrap();
     let tensor = archive.try_get("w").unwrap();
     assert_eq!(tensor.shape(), [1 << 33]);
-    assert!(matches!(tensor.to_bytes(), Err(nnx::TensorError::Expansion { bytes, .. }) if bytes == 1 << 35));
+    assert!(matches!(tensor.to_bytes(), Err(nnx::Error::Expansion { bytes, .. }) if bytes == 1 << 35));
     assert!(tensor.to_vec::<f32>().is_err());
     assert!(tensor.reshape(&[1 << 32, 2]).is_err());
     let small = tensor.narrow(0, 0, 1000).unwrap();
@@ -266,7 +267,7 @@ fn hostile_files_a_stride_zero_view_is_inspected_but_not_converted() {
     let cast = archive.float("w", nnx::DType::BF16, &[1 << 33]);
     let Err(Error::Data { path: named, name, source }) = cast else { panic!("a data error: {cast:?}") };
     assert_eq!((named.as_path(), name.as_str()), (path.as_path(), "w"));
-    assert!(matches!(*source, nnx::TensorError::Expansion { .. }), "{source}");
+    assert!(matches!(*source, nnx::Error::Expansion { .. }), "{source}");
     let saved = archive.save(dir.path().join("copy.safetensors"));
     assert!(matches!(&saved, Err(Error::Data { name, .. }) if name == "w"), "{saved:?}");
 }
@@ -310,7 +311,7 @@ fn hostile_files_a_config_larger_than_any_configuration_is_refused_before_it_is_
     config.extend_from_slice(b"{}");
     let path = write(dir.path(), "config.json", &config);
     match nnx::models::gpt2::Gpt2::from_pretrained_folder(dir.path()) {
-        Err(error @ Error::Config { problem: nnx::ConfigProblem::TooLarge { .. }, .. }) => {
+        Err(error @ Error::Config { problem: nnx::error::ConfigProblem::TooLarge { .. }, .. }) => {
             let message = error.to_string();
             assert!(message.contains(text(&path)) && message.contains("16777216-byte limit"), "{message}");
         }

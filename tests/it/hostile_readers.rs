@@ -6,12 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
+use nnx::error::ConfigRule;
 use nnx::models::bert::BertConfig;
 use nnx::models::gpt2::Gpt2Config;
 use nnx::models::llama::LlamaConfig;
 use nnx::nn::{Init, Linear};
 use nnx::quantized::{EncodedWeight, QuantizedFolder, WeightEncoding};
-use nnx::{Archive, ConfigRule, DType, Error, Tensor, TensorError};
+use nnx::{Archive, DType, Error, Tensor};
 use serde_json::{Value, json};
 
 use crate::hostile::{ALLOCATION_LIMIT, Expect, corpus, entry, file, largest_allocation};
@@ -129,10 +130,10 @@ fn tensors_of_zero_elements_never_multiply_their_other_axes() {
     assert_eq!(Tensor::zeros(DType::F64, &[1 << 40, 1 << 40, 0]).byte_len(), 0);
     assert!(matches!(
         Tensor::from_vec(Vec::<f32>::new(), &[1 << 40, 1 << 40, 1]),
-        Err(TensorError::TooLarge { dtype: DType::F32, .. })
+        Err(Error::TooLarge { dtype: DType::F32, .. })
     ));
     // 2^62 F4 elements take 2^64 bits: too many to count, though each is under a byte.
-    assert!(matches!(Tensor::from_bytes(DType::F4, &[1 << 62], &[]), Err(TensorError::TooLarge { .. })));
+    assert!(matches!(Tensor::from_bytes(DType::F4, &[1 << 62], &[]), Err(Error::TooLarge { .. })));
 }
 
 #[test]
@@ -167,13 +168,13 @@ fn every_archive_reader_names_the_file_and_the_entry() {
     );
     says(&error, &path, &["`layer.weight`", "[3, 2]", "[2, 3]"]);
     let error = archive.float("ids", DType::F32, &[2]).unwrap_err();
-    assert!(matches!(&error, Error::NotFloat { name, dtype: DType::I32, .. } if name == "ids"), "{error:?}");
+    assert!(matches!(&error, Error::EntryNotFloat { name, dtype: DType::I32, .. } if name == "ids"), "{error:?}");
     says(&error, &path, &["`ids`", "I32"]);
 
     for error in [archive.try_get("flags").unwrap_err(), archive.tensor("flags", DType::Bool, &[4]).unwrap_err()] {
         assert!(
             matches!(&error, Error::Data { name, source, .. }
-                if name == "flags" && matches!(**source, TensorError::InvalidBool { index: 2, value: 2 })),
+                if name == "flags" && matches!(**source, Error::InvalidBool { index: 2, value: 2 })),
             "{error:?}"
         );
         says(&error, &path, &["`flags`", "invalid data"]);
@@ -241,7 +242,7 @@ fn affine_scales_whose_values_overflow_are_refused() {
     let error = weight_error(&path);
     assert!(
         matches!(&error, Error::QuantizedWeight { name, source, .. } if name == "w"
-            && matches!(&**source, TensorError::QuantTooLarge { stream: "scales", shape, values: 64 } if shape == &[0, 1 << 60])),
+            && matches!(&**source, Error::QuantTooLarge { stream: "scales", shape, values: 64 } if shape == &[0, 1 << 60])),
         "{error:?}"
     );
     says(&error, &path, &["weight `w`", "`scales`", "too large to address", "write the weight again"]);
@@ -287,7 +288,7 @@ fn seed_blocks_whose_values_overflow_are_refused() {
     let error = weight_error(&path);
     assert!(
         matches!(&error, Error::QuantizedWeight { name, source, .. } if name == "w"
-            && matches!(&**source, TensorError::QuantTooLarge { stream: "seeds", values: 8, .. })),
+            && matches!(&**source, Error::QuantTooLarge { stream: "seeds", values: 8, .. })),
         "{error:?}"
     );
     says(&error, &path, &["weight `w`", "`seeds`", "too large to address"]);
@@ -306,7 +307,7 @@ fn seed_streams_that_do_not_fit_name_the_file_and_the_weight() {
     let error = weight_error(&path);
     assert!(
         matches!(&error, Error::QuantizedWeight { name, source, .. } if name == "w"
-            && matches!(&**source, TensorError::QuantStream { stream: "nibbles", .. })),
+            && matches!(&**source, Error::QuantStream { stream: "nibbles", .. })),
         "{error:?}"
     );
     says(&error, &path, &["weight `w`", "`nibbles`", "[1, 4, 4]", "[1, 4, 8]"]);

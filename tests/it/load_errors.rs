@@ -3,17 +3,15 @@
 //! `nnx::Error::Load(report)`, and each kind of import problem comes from a real bad model or
 //! file, matched as data rather than text.
 
+use nnx::error::{LoadAction, LoadError, ProblemKind, ProblemSource, SourceOp};
 use nnx::nn::{Init, Linear};
-use nnx::{
-    Archive, DType, Error, FlatStateDict, ImportOptions, LoadAction, LoadError, Module, ProblemKind, ProblemSource,
-    SourceOp, StateDict, Tensor, TensorParallel,
-};
+use nnx::{Archive, DType, Error, FlatStateDict, ImportOptions, Module, StateDict, Tensor, TensorParallel};
 
 use crate::util::scratch;
 
 /// What a program that uses `?` sees: the nnx error of any load path.
-fn through_question_mark<T>(load: impl FnOnce() -> Result<T, nnx::TensorError>) -> Error {
-    let run = || -> nnx::Result<T> { Ok(load()?) };
+fn through_question_mark<T>(load: impl FnOnce() -> Result<T, nnx::Error>) -> Error {
+    let run = || -> nnx::Result<T> { load() };
     match run() {
         Ok(_) => panic!("the load was expected to fail"),
         Err(error) => error,
@@ -336,6 +334,21 @@ fn hooks_that_fail_or_return_the_wrong_tensor() {
 fn a_load_error_from_the_tensor_crate_converts_to_the_same_variant() {
     let mut target = layer();
     let dict = FlatStateDict::new();
-    let error: Error = target.load_flat_state_dict_strict(&dict).unwrap_err().into();
+    let error: Error = target.load_flat_state_dict_strict(&dict).unwrap_err();
     assert!(matches!(error, Error::Load(_)), "{error:?}");
+}
+
+#[test]
+fn a_strict_load_returns_the_one_error_of_nnx() {
+    // The strict load of a state dict is a tensor-crate function; its error is `nnx::Error`
+    // itself, matched without conversion.
+    let mut target = layer();
+    let dict = layer().flat_state_dict().add_prefix("encoder");
+    let strict = target.load_flat_state_dict_strict(&dict);
+    assert!(matches!(strict, Err(nnx::Error::Load(..))), "{strict:?}");
+    // A tensor operation and an archive read fail with the same type.
+    let reshape: nnx::Result<Tensor> = Tensor::zeros(DType::F32, &[2, 3]).reshape(&[4]);
+    assert!(matches!(reshape, Err(nnx::Error::Reshape { .. })), "{reshape:?}");
+    let missing = Archive::open(scratch().path().join("missing.safetensors"));
+    assert!(matches!(missing, Err(nnx::Error::Io { .. })), "{:?}", missing.err());
 }

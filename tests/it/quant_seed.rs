@@ -84,9 +84,9 @@ fn streams_are_checked_before_decoding() {
     let archive = Archive::open(case_file(SeedEncoding::Seed4P4, "1x4x64")).unwrap();
     let get = |stream: &str| archive.try_get(&format!("w.{stream}")).unwrap();
     let missing_codes = SeedWeight::new(SeedEncoding::Seed4P4, get("seeds"), get("coefs"), get("exp_bias"), None);
-    assert!(matches!(missing_codes, Err(nnx::TensorError::QuantStream { stream: "codes", .. })));
+    assert!(matches!(missing_codes, Err(nnx::Error::QuantStream { stream: "codes", .. })));
     let swapped = SeedWeight::new(SeedEncoding::Seed4, get("seeds"), get("exp_bias"), get("coefs"), None);
-    assert!(matches!(swapped, Err(nnx::TensorError::QuantStream { stream: "nibbles", .. })));
+    assert!(matches!(swapped, Err(nnx::Error::QuantStream { stream: "nibbles", .. })));
 }
 
 fn squared_error(a: &Tensor, b: &Tensor) -> f64 {

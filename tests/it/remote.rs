@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use nnx::error::RemoteProblem;
 use nnx::models::gpt2::{Gpt2, Gpt2Config};
 use nnx::models::llama::{Llama, LlamaConfig};
 use nnx::nn::Init;
 use nnx::remote::{RangeCache, RemoteOptions};
-use nnx::{Archive, DType, Error, ImportOptions, Module, RemoteProblem, SaveOptions};
+use nnx::{Archive, DType, Error, ImportOptions, Module, SaveOptions};
 
 use crate::util::{cache_dir, fixtures, nnx_binary, scratch};
 

@@ -2,7 +2,8 @@
 //! problem and leave the module unchanged.
 
 use nnx::nn::Init;
-use nnx::{DType, FlatStateDict, LoadOptions, Module, StateNode, Tensor, TensorError};
+
+use nnx::{DType, Error, FlatStateDict, LoadOptions, Module, StateNode, Tensor};
 
 use crate::models::{AdamState, Containers, Mlp};
 
@@ -133,7 +134,7 @@ fn strict_loads_list_every_problem_with_suggestions() {
     dict.insert("adapter.bias", Tensor::zeros(DType::F16, &[5]));
     dict.insert("extra.scale", Tensor::zeros(DType::F32, &[1]));
     let error = target.load_flat_state_dict_strict(&dict).unwrap_err();
-    let TensorError::Load(report) = &error else { panic!("expected a load report, got {error}") };
+    let Error::Load(report) = &error else { panic!("expected a load report, got {error}") };
     assert_eq!(report.problems.len(), 6);
     insta::assert_snapshot!(error.to_string(), @r"
     cannot load state dict into `Containers`: 6 problems

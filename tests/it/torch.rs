@@ -5,11 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
+use nnx::error::{PickleLimit, PickleProblem, ShardProblem, TorchProblem, ZipRecordProblem};
 use nnx::models::gpt2::{Gpt2, Gpt2Config};
 use nnx::nn::Init;
-use nnx::{
-    Archive, DType, Error, Module, PickleLimit, PickleProblem, ShardProblem, Tensor, TorchProblem, ZipRecordProblem,
-};
+use nnx::{Archive, DType, Error, Module, Tensor};
 use serde_json::Value;
 
 use crate::hostile::{ALLOCATION_LIMIT, largest_allocation};

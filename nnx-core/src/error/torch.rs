@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use nnx_core::DType;
+use crate::DType;
 
 /// Why a PyTorch checkpoint cannot be read.
 #[derive(Clone, Debug, PartialEq)]

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use nnx_core::DType;
+use crate::DType;
 
 /// What is wrong with a header. Each message says what was found and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]

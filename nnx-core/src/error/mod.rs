@@ -1,14 +1,32 @@
-//! The error type of nnx-core and the structured report of a failed load.
+//! The one error of nnx: every public function of every nnx crate returns [`Error`], from a
+//! tensor operation to a Hub download, so a program matches on one type. Each variant carries
+//! the values needed to say what was expected, what was found and what to do; the problem
+//! types it names (one module per subject) and the structured report of a failed load live
+//! here too.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use crate::DType;
 
-/// Result with the nnx-core [`Error`].
+mod archive;
+mod file_kind;
+mod header;
+mod hub;
+mod remote;
+mod torch;
+
+pub use archive::{ConfigProblem, ConfigRule, ExportProblem, IndexProblem, ShardProblem, UnsavableProblem};
+pub use file_kind::FileKind;
+pub use header::HeaderProblem;
+pub use hub::{HubProblem, Missing, Offline};
+pub use remote::RemoteProblem;
+pub use torch::{PickleLimit, PickleProblem, TorchProblem, ZipRecordProblem};
+
+/// Result with nnx's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Everything that can go wrong in nnx-core. Each variant carries the values needed to say
-/// what was expected, what was found and what to do.
+/// Everything that can go wrong in nnx.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -362,6 +380,235 @@ pub enum Error {
         /// Weight values per element of the stream's last axis (the group or block size).
         values: usize,
     },
+
+    /// A Hub repository, or its snapshot in the cache, cannot be had.
+    #[error("Hub repository `{repo}`: {problem}")]
+    Hub {
+        /// The repository id (`org/name`).
+        repo: String,
+        /// What went wrong.
+        problem: HubProblem,
+    },
+    /// A remote location (an object store, an HTTP server, the Hub) that cannot be read.
+    #[error("`{url}`: {problem}")]
+    Remote {
+        /// The location, without credentials.
+        url: String,
+        /// What went wrong.
+        problem: RemoteProblem,
+    },
+    /// The operating system refused a file operation.
+    #[error("cannot {action} `{path}`: {source}")]
+    Io {
+        /// What was being done (`open`, `map`, `write`, ...).
+        action: &'static str,
+        /// The file or folder.
+        path: PathBuf,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// The file is some other format.
+    #[error("`{path}` is not a SafeTensors file: it looks like {kind}; {}", kind.advice())]
+    NotSafeTensors {
+        /// The file.
+        path: PathBuf,
+        /// What it looks like instead.
+        kind: FileKind,
+    },
+    /// The header breaks the SafeTensors specification.
+    #[error("`{path}` has an invalid SafeTensors header: {problem}")]
+    Header {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: HeaderProblem,
+    },
+    /// A PyTorch checkpoint that cannot be read (or that does more than hold tensors).
+    #[error("`{path}` is not a readable PyTorch checkpoint: {problem}")]
+    Torch {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: TorchProblem,
+    },
+    /// A sharded index that cannot be used.
+    #[error("`{path}` is not a usable shard index: {problem}")]
+    Index {
+        /// The index file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: IndexProblem,
+    },
+    /// A shard named by an index is not there.
+    #[error("shard `{shard}` named by `{index}` does not exist: download or copy the missing shard next to the index")]
+    MissingShard {
+        /// The index file.
+        index: PathBuf,
+        /// The missing shard.
+        shard: PathBuf,
+    },
+    /// A shard that disagrees with its index.
+    #[error("shard `{shard}` disagrees with `{index}`: {problem}")]
+    ShardMismatch {
+        /// The index file.
+        index: PathBuf,
+        /// The shard.
+        shard: PathBuf,
+        /// What is wrong.
+        problem: ShardProblem,
+    },
+    /// A folder whose weights would be shards without their index.
+    #[error(
+        "`{shard}` in `{dir}` is a shard but the folder has no `model.safetensors.index.json` or single `*.safetensors.index.json` to read it through (a sharded save interrupted before its index leaves such files): save the checkpoint again, or pass the path of its index or of one file"
+    )]
+    ShardWithoutIndex {
+        /// The folder.
+        dir: PathBuf,
+        /// A shard file found in it.
+        shard: PathBuf,
+    },
+    /// A folder with nothing nnx can open.
+    #[error(
+        "`{path}` holds no `model.safetensors`, `pytorch_model.bin`, shard index or `*.safetensors` file: pass the path of the weights file"
+    )]
+    EmptyFolder {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// The same name in two archives joined together.
+    #[error("`{name}` is in both {first} and {second}: a name may be defined once; rename or drop one of them")]
+    Duplicate {
+        /// The entry name.
+        name: String,
+        /// Where it was found first.
+        first: String,
+        /// Where it was found again.
+        second: String,
+    },
+    /// An entry that is not in the archive.
+    #[error("{origin} has no entry `{name}`{}", DidYouMean(suggestion.as_deref()))]
+    NoEntry {
+        /// The archive.
+        origin: String,
+        /// The name asked for.
+        name: String,
+        /// A near-miss name the archive does have.
+        suggestion: Option<String>,
+    },
+    /// An entry whose dtype or shape is not what the caller asked for.
+    #[error("`{name}` in {origin}: expected {expected_dtype} {expected_shape:?}, found {found_dtype} {found_shape:?}")]
+    EntryMismatch {
+        /// The archive.
+        origin: String,
+        /// The entry.
+        name: String,
+        /// The dtype asked for.
+        expected_dtype: DType,
+        /// The shape asked for.
+        expected_shape: Vec<usize>,
+        /// The dtype stored.
+        found_dtype: DType,
+        /// The shape stored.
+        found_shape: Vec<usize>,
+    },
+    /// A float was asked for but the entry holds something else.
+    #[error(
+        "`{name}` in {origin} is {dtype}, not a float that casts (F16, BF16, F32, F64): read it with `tensor` as stored"
+    )]
+    EntryNotFloat {
+        /// The archive.
+        origin: String,
+        /// The entry.
+        name: String,
+        /// The stored dtype.
+        dtype: DType,
+    },
+    /// An archive that cannot be written as SafeTensors.
+    #[error("cannot save `{name}`: {problem}")]
+    Unsavable {
+        /// The entry.
+        name: String,
+        /// Why.
+        problem: UnsavableProblem,
+    },
+    /// Entry data that is not valid for its dtype (a BOOL byte other than 0 or 1).
+    #[error("`{name}` in `{path}` holds invalid data: {source}")]
+    Data {
+        /// The file.
+        path: PathBuf,
+        /// The entry.
+        name: String,
+        /// What is wrong with the data.
+        source: Box<Error>,
+    },
+    /// A model that cannot be written back in its source layout.
+    #[error("cannot export `{target}`: {}", ExportProblem::list(problems))]
+    Export {
+        /// The model's type name.
+        target: String,
+        /// Every problem.
+        problems: Vec<ExportProblem>,
+    },
+    /// A configuration file that cannot be used.
+    #[error("`{path}` is not a usable model configuration: {problem}")]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: ConfigProblem,
+    },
+    /// A tokenizer that cannot be read or that fails on the text given.
+    #[error("the tokenizer `{path}` failed: {source}")]
+    Tokenizer {
+        /// The tokenizer file (`tokenizer.json`).
+        path: PathBuf,
+        /// The tokenizer's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A configuration field whose value cannot make a model or a quantization.
+    #[error("`{path}` is not a usable configuration: field `{field}` is {found}, but {rule}; correct that field")]
+    ConfigField {
+        /// The configuration file (or the weights file whose metadata holds it).
+        path: PathBuf,
+        /// The field, as a JSON path (`n_head`, `quantization.bits`).
+        field: String,
+        /// The value found.
+        found: u64,
+        /// What the value must satisfy.
+        rule: ConfigRule,
+    },
+    /// A quantized weight whose streams do not fit together.
+    #[error("weight `{name}` in {origin}: {source}")]
+    QuantizedWeight {
+        /// The archive.
+        origin: String,
+        /// The weight's name (its module path).
+        name: String,
+        /// What does not fit.
+        source: Box<Error>,
+    },
+    /// Entries that make up no weight encoding nnx knows.
+    #[error(
+        "`{name}` in {origin} is not a weight nnx can read (entries found: {found:?}): a weight is `NAME.weight` (float), `NAME.weight` (U32) with `NAME.scales` and `NAME.biases` (affine), or `NAME.seeds` with `NAME.nibbles` (SEED4) or `NAME.coefs` and `NAME.codes` (SEED4P4), plus `NAME.exp_bias`"
+    )]
+    UnknownEncoding {
+        /// The archive.
+        origin: String,
+        /// The weight's name (its module path).
+        name: String,
+        /// The entries under that name.
+        found: Vec<String>,
+    },
+    /// An affine weight whose bits and group size are not given and cannot be told apart.
+    #[error(
+        "cannot tell the bits and group size of the affine weight `{name}` in {origin}: add `\"quantization\": {{\"bits\": B, \"group_size\": G}}` to config.json"
+    )]
+    UnknownAffineSpec {
+        /// The archive.
+        origin: String,
+        /// The weight's name (its module path).
+        name: String,
+    },
 }
 
 /// Why tensors cannot be concatenated, for [`Error::Concat`].
@@ -394,6 +641,15 @@ impl fmt::Display for ConcatProblem {
                 "{found_dtype} {found_shape:?} does not join {expected_dtype} {expected_shape:?} along axis {axis}"
             ),
         }
+    }
+}
+
+impl Error {
+    /// The error of an I/O `action` on `path`, for `map_err`.
+    #[doc(hidden)]
+    pub fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { action, path, source }
     }
 }
 
