@@ -470,3 +470,26 @@ fn the_command_line_reads_hub_paths_with_range_requests_and_no_cache() {
     assert!(!gets.is_empty() && gets.iter().all(|r| r.range.is_some() && r.path == at_commit), "{gets:?}");
     assert!(!cache.exists() || std::fs::read_dir(&cache).unwrap().next().is_none(), "nothing is written to the cache");
 }
+
+#[test]
+fn a_download_replaces_the_file_whole_and_a_failed_one_leaves_it_untouched() {
+    let server = S3Server::start();
+    let options = options(&server.endpoint());
+    let local_path = fixtures().join("gpt2-tiny/model.safetensors");
+    nnx::remote::upload(&local_path, "s3://models/gpt2/model.safetensors", &options).unwrap();
+    let dir = scratch();
+    let to = dir.path().join("model.safetensors");
+    std::fs::write(&to, b"the previous file").unwrap();
+
+    let written = nnx::remote::download("s3://models/gpt2/model.safetensors", &to, &options).unwrap();
+    let expected = std::fs::read(&local_path).unwrap();
+    assert_eq!(written, expected.len() as u64);
+    assert_eq!(std::fs::read(&to).unwrap(), expected, "the download is the uploaded file");
+
+    // A missing object fails before anything replaces the file, and no temporary is left.
+    let missing = nnx::remote::download("s3://models/gpt2/missing.safetensors", &to, &options);
+    assert!(matches!(&missing, Err(Error::Remote { problem: RemoteProblem::NotFound, .. })), "{missing:?}");
+    assert_eq!(std::fs::read(&to).unwrap(), expected, "the file is untouched");
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|item| item.unwrap().file_name()).collect();
+    assert_eq!(names, ["model.safetensors"], "nothing but the file");
+}
