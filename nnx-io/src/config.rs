@@ -2,7 +2,6 @@
 //! read with a size limit: every one of them is a few kilobytes, so a file far larger is damaged
 //! or hostile, and is refused before its text is read, let alone parsed.
 
-use std::io::Read;
 use std::path::Path;
 
 use crate::error::{ConfigProblem, Error, Result};
@@ -16,21 +15,8 @@ pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
 /// [`Error::Io`] (a missing file among them: its kind is `NotFound`), or [`Error::Config`] with
 /// [`ConfigProblem::TooLarge`].
 pub fn read_text(path: &Path) -> Result<String> {
-    let io = |source| Error::Io { action: "read", path: path.to_path_buf(), source };
-    let too_large = |bytes| Error::Config {
+    crate::fs::read_text_within(path, MAX_CONFIG_BYTES)?.map_err(|bytes| Error::Config {
         path: path.to_path_buf(),
         problem: ConfigProblem::TooLarge { bytes, limit: MAX_CONFIG_BYTES },
-    };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    if len > MAX_CONFIG_BYTES {
-        return Err(too_large(len));
-    }
-    // The file may grow after its size was read: the read stops past the limit whatever it is.
-    let mut text = String::new();
-    file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text).map_err(io)?;
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(too_large(text.len() as u64));
-    }
-    Ok(text)
+    })
 }

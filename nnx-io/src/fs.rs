@@ -13,11 +13,12 @@
 //!   that resumes) in place, and [`sync_folder`] makes renames durable.
 //!
 //! Temporary files are created new and never through a symbolic link, so a link planted in a
-//! shared cache cannot turn a write elsewhere.
+//! shared cache cannot turn a write elsewhere. The one read here, [`read_text_within`], is the
+//! size-limited read of the small text files nnx keeps beside weights (indexes, configurations).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -127,6 +128,26 @@ pub fn write_atomic_with<T>(path: impl AsRef<Path>, write: impl FnOnce(&mut dyn 
 pub fn replace(from: &Path, to: &Path) -> Result<()> {
     std::fs::rename(from, to).map_err(Error::io("replace", to))?;
     sync_folder(&folder_of(to))
+}
+
+/// The text of the file at `path`, or `Err` with its size when that passes `limit` bytes: the
+/// size is checked before anything is read, and the read stops past the limit whatever the size
+/// said, so a file that grows meanwhile costs no more.
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read (or is not UTF-8).
+pub(crate) fn read_text_within(path: &Path, limit: u64) -> Result<std::result::Result<String, u64>> {
+    let file = File::open(path).map_err(Error::io("read", path))?;
+    let len = file.metadata().map_err(Error::io("read", path))?.len();
+    if len > limit {
+        return Ok(Err(len));
+    }
+    let mut text = String::new();
+    file.take(limit + 1).read_to_string(&mut text).map_err(Error::io("read", path))?;
+    if text.len() as u64 > limit {
+        return Ok(Err(text.len() as u64));
+    }
+    Ok(Ok(text))
 }
 
 /// Opens `path` with `options`, refusing a symbolic link at its last component (`O_NOFOLLOW`

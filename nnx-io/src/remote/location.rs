@@ -13,6 +13,7 @@ use crate::error::{Error, RemoteProblem, Result};
 use crate::format;
 use crate::hub::{self, HubPath};
 use crate::safetensors::index::ShardIndex;
+use crate::text::redact_url;
 
 /// The schemes read as remote locations.
 const SCHEMES: [&str; 8] = ["s3", "gs", "gcs", "az", "azure", "http", "https", "hf"];
@@ -23,13 +24,8 @@ pub fn is_remote(location: &str) -> bool {
     location.split_once("://").is_some_and(|(scheme, _)| SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
 }
 
-/// `url` without credentials: no user information and no query string.
-pub(crate) fn redact(url: &str) -> String {
-    crate::text::redact_url(url)
-}
-
 fn bad(url: &str, problem: RemoteProblem) -> Error {
-    Error::Remote { url: redact(url), problem }
+    Error::Remote { url: redact_url(url), problem }
 }
 
 /// The store `url` lives in, and the object's path in it.
@@ -112,7 +108,7 @@ pub(crate) fn client(url: &str, options: &RemoteOptions) -> Result<(Arc<Client>,
         runtime,
         options: options.clone(),
         // Messages and listings name files by this root: it must not carry a password.
-        root: redact(&root),
+        root: redact_url(&root),
         requests: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         cached_bytes: AtomicU64::new(0),

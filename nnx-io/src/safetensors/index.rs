@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -350,21 +349,10 @@ impl ShardIndex {
     /// [`Error::Io`] when it cannot be read, [`Error::Index`] when it is not a usable index
     /// (among them an index over [`MAX_INDEX_BYTES`]).
     pub(crate) fn read(path: &Path) -> Result<ShardIndex> {
-        let file = std::fs::File::open(path).map_err(Error::io("open", path))?;
-        let len = file.metadata().map_err(Error::io("read the size of", path))?.len();
-        let too_large = |bytes| Error::Index {
+        let text = crate::fs::read_text_within(path, MAX_INDEX_BYTES)?.map_err(|bytes| Error::Index {
             path: path.to_path_buf(),
             problem: IndexProblem::FileTooLarge { bytes, limit: MAX_INDEX_BYTES },
-        };
-        if len > MAX_INDEX_BYTES {
-            return Err(too_large(len));
-        }
-        // The size read above may change before the read; the read stops past the limit anyway.
-        let mut text = String::new();
-        file.take(MAX_INDEX_BYTES + 1).read_to_string(&mut text).map_err(Error::io("read", path))?;
-        if text.len() as u64 > MAX_INDEX_BYTES {
-            return Err(too_large(text.len() as u64));
-        }
+        })?;
         ShardIndex::parse(path, &text)
     }
 
