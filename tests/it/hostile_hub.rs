@@ -2,22 +2,22 @@
 //! ends in bounded time, memory and disk, writes nothing outside the cache, and prints one
 //! `error:` line with the server's text escaped and the endpoint's credentials left out.
 //!
-//! The server is purpose-built: one thread per connection, one answer per connection, each
+//! The server is the loopback server of the hostile tests with one answer per connection, each
 //! answer a small script (bodies longer than announced, endless, trickled, lying ranges) that
 //! stops when the client hangs up, when it has sent its bound, or when the test ends.
 
 #![cfg(unix)]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sha1::{Digest, Sha1};
 
+use crate::loopback::{Request, Server};
 use crate::util::{Bounded, run_nnx_bounded, scratch};
 
 /// The address space each run of `nnx` gets.
@@ -28,19 +28,6 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
 /// The most bytes one answer of the server sends.
 const MAX_SENT: u64 = 256 << 20;
-
-/// A request line and its headers.
-struct Head {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-}
-
-impl Head {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str())
-    }
-}
 
 /// What an answer sees of the server: whether the test is over, and a count of body bytes sent.
 struct Link<'a> {
@@ -94,42 +81,32 @@ impl Link<'_> {
     }
 }
 
-type Script = dyn Fn(&Head, &mut Link<'_>) + Send + Sync;
-
-/// A hostile Hub on `127.0.0.1`: each connection's request is answered by the script.
+/// A hostile Hub on `127.0.0.1`: each connection's one request is answered by the script.
 struct Hostile {
-    port: u16,
+    server: Server,
     stopping: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
     requests: Arc<Mutex<Vec<String>>>,
-    acceptor: Option<JoinHandle<()>>,
 }
 
 impl Hostile {
-    fn start(script: impl Fn(&Head, &mut Link<'_>) + Send + Sync + 'static) -> Hostile {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
+    fn start(script: impl Fn(&Request, &mut Link<'_>) + Send + Sync + 'static) -> Hostile {
         let stopping = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let script: Arc<Script> = Arc::new(script);
         let (stop, count, log) = (Arc::clone(&stopping), Arc::clone(&sent), Arc::clone(&requests));
-        let acceptor = std::thread::spawn(move || {
-            for _ in 0..10_000 {
-                let Ok((stream, _)) = listener.accept() else { continue };
-                if stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                let (stop, count, log, script) =
-                    (Arc::clone(&stop), Arc::clone(&count), Arc::clone(&log), Arc::clone(&script));
-                std::thread::spawn(move || serve(stream, &stop, &count, &log, &*script));
-            }
+        let server = Server::start(move |request, stream| {
+            log.lock().unwrap().push(format!("{} {}", request.method, request.path));
+            script(request, &mut Link { stream: &mut *stream, stopping: &stop, sent: &count });
+            // One answer per connection: the client sees the end of what the script sent.
+            let _ = stream.shutdown(Shutdown::Both);
+            Ok(())
         });
-        Hostile { port, stopping, sent, requests, acceptor: Some(acceptor) }
+        Hostile { server, stopping, sent, requests }
     }
 
     fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.server.endpoint()
     }
 
     fn sent(&self) -> u64 {
@@ -144,42 +121,9 @@ impl Hostile {
 
 impl Drop for Hostile {
     fn drop(&mut self) {
+        // Scripts still sending stop at their next write.
         self.stopping.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-        if let Some(acceptor) = self.acceptor.take() {
-            let _ = acceptor.join();
-        }
     }
-}
-
-fn serve(mut stream: TcpStream, stopping: &AtomicBool, sent: &AtomicU64, log: &Mutex<Vec<String>>, script: &Script) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
-    let mut bytes = Vec::new();
-    let mut buffer = [0u8; 4096];
-    while !bytes.windows(4).any(|window| window == b"\r\n\r\n") {
-        match stream.read(&mut buffer) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => bytes.extend_from_slice(&buffer[..n]),
-        }
-        if bytes.len() > 64 << 10 {
-            return;
-        }
-    }
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let mut lines = text.split("\r\n");
-    let mut first = lines.next().unwrap_or_default().split(' ');
-    let method = first.next().unwrap_or_default().to_string();
-    let path = first.next().unwrap_or_default().to_string();
-    let headers = lines
-        .take_while(|line| !line.is_empty())
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_string(), value.trim().to_string()))
-        .collect();
-    log.lock().unwrap().push(format!("{method} {path}"));
-    let head = Head { method, path, headers };
-    script(&head, &mut Link { stream: &mut stream, stopping, sent });
-    let _ = stream.flush();
 }
 
 /// The git blob sha1 of `bytes`: the etag the Hub gives a regular file.
@@ -206,7 +150,7 @@ fn listing() -> String {
 
 /// The honest answers for `org/x`: its listing, and `config.json` with `etag` on `HEAD` and
 /// ranges honoured on `GET`. Returns false for a request it does not know.
-fn honest(head: &Head, link: &mut Link<'_>, etag: &str, content: &[u8]) -> bool {
+fn honest(head: &Request, link: &mut Link<'_>, etag: &str, content: &[u8]) -> bool {
     if head.path == "/api/models/org/x/revision/main" {
         link.answer("200 OK", &[("Content-Type", "application/json".into())], listing().as_bytes());
     } else if head.path.ends_with("/resolve/main/config.json") || head.path.ends_with(&format!("/{COMMIT}/config.json"))
@@ -564,7 +508,7 @@ fn credentials_in_the_endpoint_never_reach_stderr() {
         link.answer("404 Not Found", &[("X-Error-Code", "RepoNotFound".into())], br#"{"error":"no"}"#);
     });
     let cache = scratch();
-    let endpoint = format!("http://user:hunter2secret@127.0.0.1:{}", server.port);
+    let endpoint = format!("http://user:hunter2secret@127.0.0.1:{}", server.server.port());
     let run = download("userinfo", &include_config(), &env(&endpoint, cache.path()), cache.path());
     run.assert_refused("org/x");
     assert!(!run.stderr.contains("hunter2secret"), "{}", run.stderr);

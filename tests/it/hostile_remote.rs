@@ -1,15 +1,14 @@
-//! Remote archives served by a hostile HTTP server: a small server written here, on loopback,
-//! that answers `nnx`'s range requests with floods, lies, trickles and poisoned error pages.
+//! Remote archives served by a hostile HTTP server: the loopback server of the hostile tests,
+//! answering `nnx`'s range requests with floods, lies, trickles and poisoned error pages.
 //! Each case runs the command line in a child process under an address-space limit and a
 //! timeout, and must end with one clear error, in bounded memory and time, with no password
 //! or terminal control sequence printed.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::loopback::{LIFETIME, Request, Server};
 use crate::util::{Bounded, run_nnx_bounded};
 
 /// The address space each run of `nnx` gets: far less than the floods it is sent.
@@ -21,101 +20,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// The most a refused run may have held: the answers it refuses are far larger.
 const PEAK_LIMIT: u64 = 512 << 20;
 
-/// How long any server thread lives, whatever the client does.
-const SERVER_LIFETIME: Duration = Duration::from_secs(120);
-
 /// 2^50 bytes: a petabyte, as a `Content-Length`.
 const PETABYTE: u64 = 1 << 50;
-
-/// A request as the server saw it.
-struct Request {
-    method: String,
-    path: String,
-    /// The `Range: bytes=START-END` asked for, as `START..END + 1`.
-    range: Option<(u64, u64)>,
-}
-
-/// What the server does with one request: writes an answer, or fails to close the connection.
-type Handler = dyn Fn(&Request, &mut TcpStream) -> std::io::Result<()> + Send + Sync;
-
-/// A server on a free loopback port, each connection on a thread of its own, every loop
-/// bounded by [`SERVER_LIFETIME`]; stopped when dropped.
-struct Hostile {
-    port: u16,
-    stop: Arc<AtomicBool>,
-}
-
-impl Hostile {
-    fn start(handler: impl Fn(&Request, &mut TcpStream) -> std::io::Result<()> + Send + Sync + 'static) -> Hostile {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let handler: Arc<Handler> = Arc::new(handler);
-        let stopped = stop.clone();
-        std::thread::spawn(move || {
-            let until = Instant::now() + SERVER_LIFETIME;
-            while !stopped.load(Ordering::Relaxed) && Instant::now() < until {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let (handler, stopped) = (handler.clone(), stopped.clone());
-                        std::thread::spawn(move || serve_connection(stream, &*handler, &stopped, until));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        Hostile { port, stop }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}/{path}", self.port)
-    }
-}
-
-impl Drop for Hostile {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Answers the requests of one connection until it closes, fails or outlives the server.
-fn serve_connection(mut stream: TcpStream, handler: &Handler, stop: &AtomicBool, until: Instant) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-    for _ in 0..100 {
-        if stop.load(Ordering::Relaxed) || Instant::now() > until {
-            return;
-        }
-        let Some(request) = read_request(&mut stream) else { return };
-        if handler(&request, &mut stream).is_err() {
-            return;
-        }
-    }
-}
-
-/// Reads one request's head (at most 16 KiB).
-fn read_request(stream: &mut TcpStream) -> Option<Request> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if head.len() > 16 << 10 || stream.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        head.push(byte[0]);
-    }
-    let text = String::from_utf8_lossy(&head);
-    let mut lines = text.lines();
-    let mut first = lines.next()?.split(' ');
-    let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
-    let range = lines
-        .filter_map(|line| line.split_once(':'))
-        .find(|(name, _)| name.eq_ignore_ascii_case("range"))
-        .and_then(|(_, value)| value.trim().strip_prefix("bytes=")?.split_once('-'))
-        .and_then(|(start, end)| Some((start.parse().ok()?, end.parse::<u64>().ok()? + 1)));
-    Some(Request { method, path, range })
-}
 
 /// Writes a status line, `headers` and `body`.
 fn answer(stream: &mut TcpStream, status: &str, headers: &[String], body: &[u8]) -> std::io::Result<()> {
@@ -134,7 +40,7 @@ fn answer(stream: &mut TcpStream, status: &str, headers: &[String], body: &[u8])
 /// sent lazily, never held.
 fn flood(stream: &mut TcpStream, total: u64) -> std::io::Result<()> {
     let block = vec![0u8; 64 << 10];
-    let until = Instant::now() + SERVER_LIFETIME;
+    let until = Instant::now() + LIFETIME;
     let mut sent = 0u64;
     while sent < total && Instant::now() < until {
         let len = (total - sent).min(block.len() as u64) as usize;
@@ -147,7 +53,7 @@ fn flood(stream: &mut TcpStream, total: u64) -> std::io::Result<()> {
 /// Sends chunks of `chunked` encoding, without end, until the client hangs up.
 fn endless_chunks(stream: &mut TcpStream) -> std::io::Result<()> {
     let chunk = format!("{:x}\r\n{}\r\n", 4096, "0".repeat(4096));
-    let until = Instant::now() + SERVER_LIFETIME;
+    let until = Instant::now() + LIFETIME;
     while Instant::now() < until {
         stream.write_all(chunk.as_bytes())?;
     }
@@ -173,7 +79,7 @@ fn honest(file: &[u8], request: &Request, stream: &mut TcpStream) -> std::io::Re
     }
     let len = file.len() as u64;
     let tag = "ETag: \"v1\"".to_string();
-    match (request.method.as_str(), request.range) {
+    match (request.method.as_str(), request.range()) {
         ("HEAD", _) => answer(stream, "200 OK", &[format!("Content-Length: {len}"), tag], b""),
         (_, Some((start, end))) if start < len => {
             let end = end.min(len);
@@ -221,7 +127,7 @@ fn refused(run: &Bounded, url: &str) -> String {
 #[test]
 fn an_honest_server_is_read() {
     let file = safetensors(0);
-    let server = Hostile::start(move |request, stream| honest(&file, request, stream));
+    let server = Server::start(move |request, stream| honest(&file, request, stream));
     let url = server.url("model.safetensors");
     let run = nnx("honest", &["inspect", &url]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
@@ -231,8 +137,8 @@ fn an_honest_server_is_read() {
 #[test]
 fn a_range_answered_with_a_flood_is_cut_off() {
     let file = safetensors(0);
-    let server = Hostile::start(move |request, stream| {
-        let Some((start, end)) = request.range.filter(|_| request.method == "GET") else {
+    let server = Server::start(move |request, stream| {
+        let Some((start, end)) = request.range().filter(|_| request.method == "GET") else {
             return honest(&file, request, stream);
         };
         // The right Content-Range, then 1.5 GB.
@@ -253,7 +159,7 @@ fn a_range_answered_with_a_flood_is_cut_off() {
 fn a_data_range_answered_with_a_flood_is_cut_off() {
     let file = safetensors(0);
     let data_start = file.len() as u64 - 8;
-    let server = Hostile::start(move |request, stream| match request.range {
+    let server = Server::start(move |request, stream| match request.range() {
         Some((start, end)) if request.method == "GET" && start >= data_start => {
             let headers = [
                 format!("Content-Range: bytes {start}-{}/{}", end - 1, file.len()),
@@ -275,13 +181,13 @@ fn a_data_range_answered_with_a_flood_is_cut_off() {
 #[test]
 fn a_petabyte_content_length_does_not_abort() {
     let file = safetensors(0);
-    let server = Hostile::start(move |request, stream| {
+    let server = Server::start(move |request, stream| {
         // The folder's index is absent; its weights file announces a petabyte everywhere.
         if request.path != "/model.safetensors" {
             return answer(stream, "404 Not Found", &["Content-Length: 0".into()], b"");
         }
         let mut headers = vec![format!("Content-Length: {PETABYTE}"), "ETag: \"v1\"".into()];
-        match request.range {
+        match request.range() {
             _ if request.method == "HEAD" => answer(stream, "200 OK", &headers, b""),
             Some((start, end)) => {
                 headers.push(format!("Content-Range: bytes {start}-{}/{PETABYTE}", end - 1));
@@ -298,7 +204,7 @@ fn a_petabyte_content_length_does_not_abort() {
 
 #[test]
 fn a_petabyte_index_is_refused_before_it_is_read() {
-    let server = Hostile::start(move |request, stream| {
+    let server = Server::start(move |request, stream| {
         let headers = [format!("Content-Length: {PETABYTE}"), "ETag: \"v1\"".into()];
         if request.path != "/model.safetensors.index.json" {
             return answer(stream, "404 Not Found", &["Content-Length: 0".into()], b"");
@@ -318,7 +224,7 @@ fn a_petabyte_index_is_refused_before_it_is_read() {
 #[test]
 fn a_huge_index_is_refused_with_its_size_and_the_limit() {
     const SIZE: u64 = 100 << 20;
-    let server = Hostile::start(move |request, stream| {
+    let server = Server::start(move |request, stream| {
         if request.path != "/model.safetensors.index.json" {
             return answer(stream, "404 Not Found", &["Content-Length: 0".into()], b"");
         }
@@ -348,7 +254,7 @@ fn a_huge_index_is_refused_with_its_size_and_the_limit() {
 #[test]
 fn an_endless_body_is_cut_off() {
     let file = safetensors(0);
-    let server = Hostile::start(move |request, stream| match request.range {
+    let server = Server::start(move |request, stream| match request.range() {
         // An honest-looking Content-Length, and a chunked body that never ends.
         Some((start, end)) if request.method == "GET" => {
             let headers = [
@@ -371,7 +277,7 @@ fn an_endless_body_is_cut_off() {
 fn a_trickle_ends_within_the_deadline() {
     // A header of 1000 bytes, sent one byte a second.
     let file = safetensors(1000);
-    let server = Hostile::start(move |request, stream| match request.range {
+    let server = Server::start(move |request, stream| match request.range() {
         Some((start, end)) if request.method == "GET" && start >= 8 => {
             let headers = [
                 format!("Content-Range: bytes {start}-{}/{}", end - 1, file.len()),
@@ -399,7 +305,7 @@ fn a_trickle_ends_within_the_deadline() {
 fn a_lying_content_range_is_refused() {
     let file = safetensors(1000);
     let len = file.len();
-    let server = Hostile::start(move |request, stream| match request.range {
+    let server = Server::start(move |request, stream| match request.range() {
         // The header range, answered as if the object ended halfway through it.
         Some((8, _)) if request.method == "GET" => {
             let headers =
@@ -417,10 +323,10 @@ fn a_lying_content_range_is_refused() {
 #[test]
 fn a_password_in_the_url_is_never_printed() {
     const PASSWORD: &str = "pw-n3ver-printed";
-    let server = Hostile::start(|_, stream| {
+    let server = Server::start(|_, stream| {
         answer(stream, "500 Internal Server Error", &["Content-Length: 4".into(), "Connection: close".into()], b"oops")
     });
-    let url = format!("http://user:{PASSWORD}@127.0.0.1:{}/model.safetensors", server.port);
+    let url = format!("http://user:{PASSWORD}@127.0.0.1:{}/model.safetensors", server.port());
     let run = nnx("password", &["inspect", &url]);
     refused(&run, &server.url("model.safetensors"));
     assert!(!run.stderr.contains(PASSWORD) && !run.stdout.contains(PASSWORD), "{}", run.stderr);
@@ -436,7 +342,7 @@ fn a_refused_connection_says_refused() {
 
 #[test]
 fn an_error_page_cannot_drive_the_terminal() {
-    let server = Hostile::start(|_, stream| {
+    let server = Server::start(|_, stream| {
         let body = b"\x1b[2J\x1b[Hsomething \x1b]0;owned\x07 went wrong";
         answer(
             stream,
@@ -453,7 +359,7 @@ fn an_error_page_cannot_drive_the_terminal() {
 
 #[test]
 fn an_error_page_announcing_a_petabyte_is_cut_short() {
-    let server = Hostile::start(|_, stream| {
+    let server = Server::start(|_, stream| {
         answer(stream, "400 Bad Request", &[format!("Content-Length: {PETABYTE}")], b"")?;
         flood(stream, PETABYTE)
     });

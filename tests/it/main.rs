@@ -18,6 +18,7 @@ mod hub_python;
 mod hub_server;
 mod import;
 mod load_errors;
+mod loopback;
 mod minilm;
 mod models;
 mod pretrained;
