@@ -13,7 +13,7 @@
 //!   that resumes) in place, and [`sync_folder`] makes renames durable.
 //!
 //! Temporary files are created new and never through a symbolic link, so a link planted in a
-//! shared cache cannot turn a write elsewhere. The one read here, [`read_text_within`], is the
+//! shared cache cannot turn a write elsewhere. The one read here, `read_text_within`, is the
 //! size-limited read of the small text files nnx keeps beside weights (indexes, configurations).
 
 use std::ffi::{OsStr, OsString};
