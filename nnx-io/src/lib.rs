@@ -7,6 +7,7 @@
 //! Users depend on the `nnx` facade crate, which re-exports everything here.
 
 mod archive;
+mod budget;
 pub mod config;
 mod error;
 mod format;

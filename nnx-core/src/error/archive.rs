@@ -38,7 +38,7 @@ pub enum IndexProblem {
         limit: u64,
     },
     /// `metadata` or `weight_map` whose text (with a fixed cost per entry) passes
-    /// `nnx_io::header::MAX_METADATA_BYTES`.
+    /// the 64 MiB that nnx-io keeps of a file's text.
     TooLarge {
         /// `metadata` or `weight_map`.
         field: &'static str,

@@ -67,7 +67,7 @@ pub enum HeaderProblem {
         /// What the value was.
         found: String,
     },
-    /// `__metadata__` whose keys and values pass `nnx_io::header::MAX_METADATA_BYTES`.
+    /// `__metadata__` whose keys and values pass the 64 MiB that nnx-io keeps of a file's text.
     MetadataTooLarge {
         /// The key at which the limit was passed.
         key: String,

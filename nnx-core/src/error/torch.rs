@@ -83,7 +83,7 @@ pub enum TorchProblem {
         /// The name.
         name: String,
     },
-    /// Names and plain values whose text passes `nnx_io::header::MAX_METADATA_BYTES`: a value
+    /// Names and plain values whose text passes the 64 MiB that nnx-io keeps of a file's text: a value
     /// the pickle refers to far more often than any checkpoint does.
     TooMuchText {
         /// The entry at which the limit was passed.

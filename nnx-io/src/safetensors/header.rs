@@ -11,6 +11,8 @@ pub use crate::error::HeaderProblem;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
+use crate::budget::TextBudget;
+
 /// The largest header accepted, as in the reference implementation.
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 
@@ -103,7 +105,7 @@ impl<'de> DeserializeSeed<'de> for HeaderVisitor<'_> {
 /// Reads `__metadata__`: `null`, or an object whose values are all strings. Nothing but the
 /// strings kept is built: a value of another kind is skipped unread (its kind kept for the
 /// message), so a huge array costs no memory, and the text kept is counted against
-/// [`MAX_METADATA_BYTES`].
+/// [`MAX_METADATA_BYTES`](crate::budget::MAX_METADATA_BYTES).
 struct MetadataSeed<'a> {
     problem: &'a mut Option<HeaderProblem>,
 }
@@ -136,7 +138,7 @@ impl<'de> Visitor<'de> for MetadataSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut metadata = BTreeMap::new();
-        let mut budget = TextBudget::new(MAX_METADATA_BYTES);
+        let mut budget = TextBudget::new();
         while let Some(key) = map.next_key::<String>()? {
             match map.next_value::<StringOrKind>()? {
                 StringOrKind::String(text) => {
@@ -247,48 +249,6 @@ impl<'de> Deserialize<'de> for StringOrKind {
             }
         }
         deserializer.deserialize_any(Kind)
-    }
-}
-
-/// The most bytes of metadata a reader keeps for one file: the text of every key and value,
-/// plus [`METADATA_ENTRY_BYTES`] per entry for the map that holds it. Far more than any
-/// checkpoint carries; a file that reaches it (a value referenced over and over, millions of
-/// tiny entries) is refused rather than left to exhaust memory.
-pub const MAX_METADATA_BYTES: usize = 64 << 20;
-
-/// What each metadata entry is counted as beyond its text: about what a map node and two
-/// string allocations take.
-pub const METADATA_ENTRY_BYTES: usize = 64;
-
-/// Counts the bytes a reader keeps against a limit.
-pub(crate) struct TextBudget {
-    used: usize,
-    pub(crate) limit: usize,
-}
-
-impl TextBudget {
-    pub(crate) fn new(limit: usize) -> TextBudget {
-        TextBudget { used: 0, limit }
-    }
-
-    /// The most text one more entry may hold.
-    pub(crate) fn room(&self) -> usize {
-        self.limit.saturating_sub(self.used).saturating_sub(METADATA_ENTRY_BYTES)
-    }
-
-    /// The total that one more entry of `text` bytes asks for.
-    pub(crate) fn asked(&self, text: usize) -> usize {
-        self.used.saturating_add(text).saturating_add(METADATA_ENTRY_BYTES)
-    }
-
-    /// Takes one entry of `text` bytes; `Err` with the total asked when that passes the limit.
-    pub(crate) fn take_entry(&mut self, text: usize) -> Result<(), usize> {
-        let asked = self.asked(text);
-        if asked > self.limit {
-            return Err(asked);
-        }
-        self.used = asked;
-        Ok(())
     }
 }
 

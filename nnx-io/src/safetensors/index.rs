@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
-use super::header::{MAX_METADATA_BYTES, TextBudget};
 use super::mapped::MappedFile;
+use crate::budget::TextBudget;
 use crate::error::{Error, IndexProblem, Result, ShardProblem};
 use crate::source::{Source, Store};
 
@@ -39,7 +39,7 @@ fn park<E: de::Error>(slot: &mut Option<IndexProblem>, problem: IndexProblem) ->
 
 /// `weight_map` read in order, straight into what the index keeps: a name listed twice is
 /// refused, shard file names are numbered as they first appear, and the names are counted
-/// against [`MAX_METADATA_BYTES`] so that millions of tiny entries cannot exhaust memory.
+/// against [`MAX_METADATA_BYTES`](crate::budget::MAX_METADATA_BYTES) so that millions of tiny entries cannot exhaust memory.
 struct WeightMap {
     /// Entry name -> shard number, in order.
     pairs: Vec<(String, usize)>,
@@ -62,7 +62,7 @@ impl<'de> Visitor<'de> for WeightMapSeed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WeightMap, A::Error> {
-        let mut budget = TextBudget::new(MAX_METADATA_BYTES);
+        let mut budget = TextBudget::new();
         let mut numbers: HashMap<String, usize> = HashMap::new();
         let mut found = WeightMap { pairs: Vec::new(), lookup: HashMap::new(), shards: Vec::new(), bad_shard: None };
         while let Some((name, shard)) = map.next_entry::<String, String>()? {
@@ -101,7 +101,7 @@ impl<'de> DeserializeSeed<'de> for WeightMapSeed<'_> {
 }
 
 /// `metadata`: `null`, or an object whose values are kept as text (a string as it is, any other
-/// value as compact JSON), counted against [`MAX_METADATA_BYTES`] as they are written.
+/// value as compact JSON), counted against [`MAX_METADATA_BYTES`](crate::budget::MAX_METADATA_BYTES) as they are written.
 struct MetadataSeed<'a> {
     problem: &'a mut Option<IndexProblem>,
 }
@@ -119,7 +119,7 @@ impl<'de> Visitor<'de> for MetadataSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut metadata = BTreeMap::new();
-        let mut budget = TextBudget::new(MAX_METADATA_BYTES);
+        let mut budget = TextBudget::new();
         while let Some(key) = map.next_key::<String>()? {
             // `total_size` describes the index's own shards and is written anew with them.
             if key == "total_size" {
@@ -524,12 +524,12 @@ mod tests {
     #[test]
     fn metadata_past_the_limit_is_refused_while_it_is_written() {
         // Each `1e15` is written as 18 bytes: more text than the index holds.
-        let values = vec!["1e15"; (crate::safetensors::header::MAX_METADATA_BYTES / 18) + 1].join(",");
+        let values = vec!["1e15"; (crate::budget::MAX_METADATA_BYTES / 18) + 1].join(",");
         let text = format!(r#"{{"metadata": {{"a": [{values}]}}, "weight_map": {{}}}}"#);
         assert!(matches!(
             problem(&text),
             IndexProblem::TooLarge { field: "metadata", key, limit, .. }
-                if key == "a" && limit == crate::safetensors::header::MAX_METADATA_BYTES
+                if key == "a" && limit == crate::budget::MAX_METADATA_BYTES
         ));
     }
 

@@ -18,10 +18,10 @@ use nnx_core::{ByteSource, Tensor};
 
 use self::pickle::{Container, MAX_DEPTH, StorageRef, TensorRecord, Unpickled, Value, unpickle};
 use self::zip::{Record, ZipRecords};
+use crate::budget::TextBudget;
 use crate::error::{Error, Result, TorchProblem};
 use crate::format::{TorchContainer, torch_container};
 use crate::mapping::Mapping;
-use crate::safetensors::header::{MAX_METADATA_BYTES, TextBudget};
 
 /// The tensors and plain values of a checkpoint.
 pub(crate) struct Checkpoint {
@@ -88,7 +88,7 @@ pub(crate) fn read(path: &Path) -> Result<Checkpoint> {
         tensors: Vec::new(),
         metadata: BTreeMap::new(),
         visits: 0,
-        budget: TextBudget::new(MAX_METADATA_BYTES),
+        budget: TextBudget::new(),
     };
     if !matches!(unpickled.root, Value::Dict(_)) {
         return Err(refuse(TorchProblem::NotADict));
@@ -120,7 +120,7 @@ const MAX_VISITS: usize = 1 << 20;
 ///
 /// The memo lets a pickle name one value any number of times at the cost of a few bytes each,
 /// while every visit here makes a path and, for a plain value, its text. So the paths and texts
-/// kept are counted against [`MAX_METADATA_BYTES`]: memory follows what the checkpoint holds,
+/// kept are counted against [`MAX_METADATA_BYTES`](crate::budget::MAX_METADATA_BYTES): memory follows what the checkpoint holds,
 /// never how often it refers to it.
 struct Walk<'a> {
     unpickled: &'a Unpickled,
