@@ -240,6 +240,21 @@ impl QuantizedLinear {
     }
 }
 
+#[cfg(feature = "gpu")]
+impl QuantizedLinear<crate::gpu::Gpu> {
+    /// A float [`Linear`] on the device with the dequantized weight (MLX's values) and the bias,
+    /// both cast to `dtype`.
+    ///
+    /// # Errors
+    /// As `QuantizedLinear<Gpu>::dequantize`;
+    /// [`Error::NotCastable`](crate::Error::NotCastable) for a non-float `dtype`.
+    pub fn to_linear(&self, dtype: DType) -> Result<Linear<crate::gpu::Gpu>> {
+        let weight = self.dequantize()?.to_dtype(dtype)?;
+        let bias = self.bias.as_ref().map(|bias| bias.to_dtype(dtype)).transpose()?;
+        Ok(Linear { weight, bias })
+    }
+}
+
 #[diagnostic::do_not_recommend]
 impl<D: Device> Module<D> for QuantizedLinear<D> {
     fn walk(&self, visitor: &mut dyn Visitor<D>) {

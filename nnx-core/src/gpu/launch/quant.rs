@@ -13,7 +13,6 @@ use super::{ABSENT, Uniform, count, kind, output, reach, same_device, step, stor
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::gpu::dispatch::{Binding, Launch};
-use crate::nn::Linear;
 use crate::quant::{
     AffineWeight, QuantizedLinear, SeedEncoding, SeedLinear, SeedWeight, check_input, check_one_slice, check_slice,
     check_stream,
@@ -345,18 +344,6 @@ impl QuantizedLinear<Gpu> {
     /// As [`QuantizedLinear::affine`] and `AffineWeight<Gpu>::dequantize`.
     pub fn dequantize(&self) -> Result<Tensor<Gpu>> {
         self.affine()?.dequantize()
-    }
-
-    /// A float [`Linear`] on the device with the dequantized weight (MLX's values) and the bias,
-    /// both cast to `dtype`.
-    ///
-    /// # Errors
-    /// As `QuantizedLinear<Gpu>::dequantize`;
-    /// [`Error::NotCastable`](crate::Error::NotCastable) for a non-float `dtype`.
-    pub fn to_linear(&self, dtype: DType) -> Result<Linear<Gpu>> {
-        let weight = self.dequantize()?.to_dtype(dtype)?;
-        let bias = self.bias.as_ref().map(|bias| bias.to_dtype(dtype)).transpose()?;
-        Ok(Linear { weight, bias })
     }
 }
 
