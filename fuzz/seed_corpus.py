@@ -350,6 +350,40 @@ def pickled_state_dict():
     return raw
 
 
+# ----------------------------------------------------------------------------------------------
+# GGUF files.
+
+
+def gguf_string(text):
+    raw = text.encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def gguf(kvs, infos, data, version=3):
+    """A GGUF file of raw metadata entries and tensor infos, data padded to 32 bytes."""
+    head = b"GGUF" + struct.pack("<IQQ", version, len(infos), len(kvs)) + b"".join(kvs) + b"".join(infos)
+    head += b"\0" * (-len(head) % 32)
+    return head + data
+
+
+def gguf_info(name, ne, ty, offset):
+    return gguf_string(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne) + struct.pack("<IQ", ty, offset)
+
+
+def gguf_seeds():
+    u32 = lambda key, value: gguf_string(key) + struct.pack("<II", 4, value)
+    q8 = struct.pack("<e", 0.5) + bytes(range(32))
+    seeds = {
+        "every-type.gguf": (FIXTURES / "gguf" / "types" / "all.gguf").read_bytes(),
+        "f32.gguf": gguf([u32("general.alignment", 32)], [gguf_info("w", [4], 0, 0)], struct.pack("<4f", 1, 2, 3, 4)),
+        "q8_0.gguf": gguf([], [gguf_info("w", [32, 2], 8, 0)], q8 * 2),
+        "nested.gguf": gguf([gguf_string("a") + struct.pack("<IIQ", 9, 9, 1) + struct.pack("<IQ", 8, 1) + gguf_string("x")], [], b""),
+        "gap.gguf": gguf([], [gguf_info("a", [4], 0, 0), gguf_info("b", [4], 0, 64)], b"\0" * 96),
+        "v2.gguf": gguf([], [gguf_info("w", [4], 1, 0)], b"\0" * 8, version=2),
+    }
+    return seeds
+
+
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e"
 
 
@@ -360,6 +394,7 @@ def main():
         "quantized": quantized_seeds(),
         "config": config_seeds(),
         "torch": torch_seeds(),
+        "gguf": gguf_seeds(),
     }
     for target, seeds in targets.items():
         folder = CORPUS / target

@@ -29,12 +29,12 @@ fi
 venv="$cache/venv"
 mkdir -p "$cache"
 
-if ! "$venv/bin/python" -c 'import safetensors, numpy, ml_dtypes, huggingface_hub, moto
-assert huggingface_hub.__version__ == "2.4.0" and moto.__version__ == "5.2.5"' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import safetensors, numpy, ml_dtypes, huggingface_hub, moto, gguf, importlib.metadata as m
+assert huggingface_hub.__version__ == "2.4.0" and moto.__version__ == "5.2.5" and m.version("gguf") == "0.19.0"' 2>/dev/null; then
   echo "setting up the Python reference packages in $venv"
   [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    'safetensors==0.8.0' 'numpy==2.4.6' 'ml_dtypes==0.6.0' 'huggingface_hub==2.4.0' 'moto[server]==5.2.5'
+    'safetensors==0.8.0' 'numpy==2.4.6' 'ml_dtypes==0.6.0' 'huggingface_hub==2.4.0' 'moto[server]==5.2.5' 'gguf==0.19.0'
 fi
 "$venv/bin/python" -c 'import safetensors, numpy; import huggingface_hub
 print("reference safetensors", safetensors.__version__, "numpy", numpy.__version__, "huggingface_hub", huggingface_hub.__version__)'

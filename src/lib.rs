@@ -66,6 +66,7 @@ pub use pretrained::{Pretrained, PretrainedOptions};
 pub use nnx_core::{nn, quant};
 
 // Archives, saves and imports.
+pub use nnx_io::gguf;
 pub use nnx_io::hub;
 /// Archives in object stores and on the Hub: [`Archive::open`] takes their URLs.
 #[cfg(feature = "remote")]

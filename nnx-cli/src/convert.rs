@@ -1,6 +1,7 @@
 //! `nnx convert IN OUT [--dtype bf16|f16|f32] [--page-align] [--max-shard-size SIZE]
 //! [--select PREFIX]`: a PyTorch checkpoint or SafeTensors weights (file, index or folder) to a
-//! SafeTensors file, or to a sharded folder with its index.
+//! SafeTensors file, or to a sharded folder with its index; GGUF files are decoded to floats.
+//! An output named `.gguf` is written as GGUF (see [`crate::to_gguf`]).
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,15 @@ pub struct Args {
     /// since a file of a few bytes can describe gigabytes that way.
     #[arg(long)]
     allow_expansion: bool,
+    /// For a `.gguf` output: the ggml type of every tensor that may be quantized (`q4_0`,
+    /// `q4_k`, `iq4_nl`, `f16`, ...) or one of llama.cpp's mixtures (`q4_k_m`, `q4_k_s`,
+    /// `q5_k_m`, `q6_k`, `q8_0`, ...). Norms and 1-D tensors keep their type.
+    #[arg(long = "type", value_name = "TYPE|MIXTURE", value_parser = crate::to_gguf::parse_recipe)]
+    ty: Option<nnx::gguf::Recipe>,
+    /// For a `.gguf` output: give the tensors whose names match the regular expression
+    /// PATTERN this type instead (repeatable; the first match wins).
+    #[arg(long = "tensor-type", value_name = "PATTERN=TYPE", value_parser = crate::to_gguf::parse_override)]
+    tensor_types: Vec<(String, nnx::quant::ggml::GgmlType)>,
 }
 
 /// What the flags of `convert` ask for.
@@ -133,7 +143,18 @@ pub fn run(args: Args) -> Result<String, CliError> {
         select: args.select,
         allow_expansion: args.allow_expansion,
     };
+    let gguf = args.output.extension().is_some_and(|ext| ext == "gguf");
+    if !gguf && (args.ty.is_some() || !args.tensor_types.is_empty()) {
+        return Err(CliError(format!(
+            "`--type` and `--tensor-type` choose ggml types: name a `.gguf` output instead of `{}`",
+            args.output.display()
+        )));
+    }
     let (input, archive) = open_archive(args.input)?;
+    if gguf {
+        let recipe = args.ty.unwrap_or(nnx::gguf::Recipe::Pure(nnx::quant::ggml::GgmlType::F16));
+        return crate::to_gguf::convert(&archive, &input, &args.output, recipe, &args.tensor_types);
+    }
     convert(archive, &input, &args.output, &options)
 }
 
@@ -177,6 +198,11 @@ fn convert(mut archive: Archive, input: &Path, output: &Path, options: &Options)
     bar.set_message(format!("writing {}", output.display()));
     bar.enable_steady_tick(std::time::Duration::from_millis(100));
     let mut metadata = archive.metadata().clone();
+    if let Some(gguf) = archive.gguf_metadata() {
+        // Arrays of a GGUF file (vocabularies, merges) are not text: only scalars and strings
+        // carry over.
+        metadata.retain(|key, _| gguf.get(key).is_some_and(|value| value.as_array().is_none()));
+    }
     // The total size of a shard index describes the input; a sharded save writes its own.
     metadata.remove("total_size");
     // Readers such as `transformers` expect the framework the weights are laid out for.

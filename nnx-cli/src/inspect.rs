@@ -1,5 +1,6 @@
 //! `nnx inspect PATH [--json]`: names, dtypes, shapes, bytes, offsets, metadata and totals of
-//! a SafeTensors file, shard index or folder, from headers alone. Names and metadata come from
+//! a SafeTensors file, shard index, folder or GGUF file (with each tensor's ggml type and bits
+//! per weight), from headers alone. Names and metadata come from
 //! the file and are printed escaped ([`nnx::text::printable`]); the JSON form escapes them as
 //! JSON does.
 
@@ -55,7 +56,7 @@ pub fn run(args: Args) -> Result<String, CliError> {
             };
             [
                 printable(&entry.name).into_owned(),
-                entry.dtype.to_string(),
+                dtype_column(&archive, entry),
                 format!("{:?}", entry.shape),
                 entry.bytes.to_string(),
                 offsets,
@@ -65,8 +66,19 @@ pub fn run(args: Args) -> Result<String, CliError> {
         .collect();
     let header = ["name", "dtype", "shape", "bytes", "offsets", "file"];
     let columns = if sharded { 6 } else { 5 };
-    let rows: Vec<Vec<String>> = rows.into_iter().map(|row| row[..columns].to_vec()).collect();
-    out.push_str(&nnx::__private::render_columns(&header[..columns], &rows));
+    let mut rows: Vec<Vec<String>> = rows.into_iter().map(|row| row[..columns].to_vec()).collect();
+    let mut header = header[..columns].to_vec();
+    if archive.gguf_metadata().is_some() {
+        // GGUF entries are ggml types: their bits per weight say what the type costs.
+        header[1] = "type";
+        header.insert(2, "bpw");
+        for (row, entry) in rows.iter_mut().zip(&entries) {
+            let bits =
+                archive.ggml_type(&entry.name).map_or(String::new(), |ty| format!("{:.4}", ty.bits_per_weight()));
+            row.insert(2, bits.trim_end_matches('0').trim_end_matches('.').to_string());
+        }
+    }
+    out.push_str(&nnx::__private::render_columns(&header, &rows));
     out.push_str(&format!("total: {} entries, {total} bytes\n", entries.len()));
     Ok(out)
 }
@@ -81,6 +93,10 @@ fn inspect_json(path: &Path, archive: &Archive, entries: &[EntryInfo], total: us
                 "shape": entry.shape,
                 "bytes": entry.bytes,
             });
+            if let Some(ty) = archive.ggml_type(&entry.name) {
+                value["ggml_type"] = serde_json::json!(ty.name());
+                value["bits_per_weight"] = serde_json::json!(ty.bits_per_weight());
+            }
             if let Some(location) = &entry.location {
                 value["data_offsets"] = serde_json::json!([location.data_offsets.0, location.data_offsets.1]);
                 value["file_offset"] = serde_json::json!(location.file_offset);
@@ -108,4 +124,9 @@ fn human_bytes(bytes: usize) -> String {
         unit += 1;
     }
     if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+}
+
+/// The dtype of an entry, or the ggml type it is stored as in a GGUF file.
+fn dtype_column(archive: &Archive, entry: &EntryInfo) -> String {
+    archive.ggml_type(&entry.name).map_or_else(|| entry.dtype.to_string(), |ty| ty.name().to_string())
 }

@@ -9,6 +9,7 @@ mod diff;
 mod download;
 mod inspect;
 mod quantize;
+mod to_gguf;
 
 use std::process::ExitCode;
 

@@ -93,6 +93,8 @@ pub struct Archive {
     pub(crate) slots: HashMap<String, Slot>,
     metadata: BTreeMap<String, String>,
     origin: String,
+    /// The typed metadata of a GGUF file (of the first shard of a split one).
+    gguf: Option<Arc<crate::gguf::Metadata>>,
 }
 
 impl fmt::Debug for Archive {
@@ -152,6 +154,7 @@ impl Archive {
             Holds::ShardIndex(path) => Archive::open_index(&path),
             Holds::Torch(path) => Archive::open_checkpoint(&path),
             Holds::TorchIndex(path) => Archive::open_torch_index(&path),
+            Holds::Gguf(paths) => Archive::open_gguf(&paths),
             Holds::Files { dir, files } => {
                 let files = files.iter().map(|path| Ok(Archive::from_file(MappedFile::open(path)?)));
                 let mut archive = Archive::union(files.collect::<Result<Vec<_>>>()?)?;
@@ -172,6 +175,79 @@ impl Archive {
         self.slots.insert(name, Slot { store, at });
     }
 
+    /// A GGUF file or the shards of a split one: every tensor, and the metadata of the first
+    /// shard, typed and as text.
+    fn open_gguf(paths: &[PathBuf]) -> Result<Archive> {
+        let mut parts = Vec::with_capacity(paths.len());
+        let mut first_metadata = None;
+        for (index, path) in paths.iter().enumerate() {
+            if !path.is_file() {
+                let shard = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                return Err(Error::Gguf {
+                    path: path.clone(),
+                    problem: crate::error::GgufProblem::Split {
+                        shard,
+                        message: format!(
+                            "it is missing from the {} shards of the set: download every shard",
+                            paths.len()
+                        ),
+                    },
+                });
+            }
+            let file = crate::gguf::GgufFile::open(path)?;
+            crate::gguf::check_split(&file, index, paths.len())?;
+            let mut part = Archive::named(path, BTreeMap::new());
+            for (at, info) in file.header.tensors.iter().enumerate() {
+                part.push(info.name.clone(), file.clone(), at);
+            }
+            if index == 0 {
+                first_metadata = Some(file.header.metadata.clone());
+            }
+            parts.push(part);
+        }
+        let mut archive = if parts.len() == 1 { parts.pop().expect("one part") } else { Archive::union(parts)? };
+        let metadata = first_metadata.unwrap_or_default();
+        archive.metadata = metadata.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
+        archive.gguf = Some(Arc::new(metadata));
+        Ok(archive)
+    }
+
+    /// The typed metadata of a GGUF file (every value type, nested arrays); `None` for other
+    /// formats. [`Archive::metadata`] has the same keys as text, long arrays summarised.
+    pub fn gguf_metadata(&self) -> Option<&crate::gguf::Metadata> {
+        self.gguf.as_deref()
+    }
+
+    /// The ggml type entry `name` is stored as in a GGUF file; `None` for other entries.
+    pub fn ggml_type(&self, name: &str) -> Option<nnx_core::quant::ggml::GgmlType> {
+        let (source, at) = self.locate(name).ok()??;
+        Some(source.ggml(at)?.ok()?.ty)
+    }
+
+    /// Entry `name` as ggml stores it, its blocks a view of the file: what products that read
+    /// packed blocks take. Entries of other formats in a dtype GGUF has a type for (f32, f16,
+    /// bf16, f64, i8 to i64) are given as that type.
+    ///
+    /// # Errors
+    /// [`Error::NoEntry`], [`Error::GgmlUnsupported`] for another dtype, and the error of
+    /// reading the entry.
+    pub fn ggml(&self, name: &str) -> Result<crate::gguf::GgmlTensor> {
+        let (source, at) = self.require(name)?;
+        if let Some(packed) = source.ggml(at) {
+            return packed;
+        }
+        let tensor = source.tensor(at)?;
+        let Some(ty) = crate::gguf::ggml_type_of(tensor.dtype()) else {
+            return Err(Error::GgmlUnsupported {
+                op: "Archive::ggml",
+                ty: tensor.dtype().as_str(),
+                hint: "only GGUF entries and plain f32, f16, bf16, f64 and integer entries have a ggml type",
+            });
+        };
+        let data = Tensor::from_vec(tensor.to_bytes()?.into_owned(), &[tensor.byte_len()])?;
+        Ok(crate::gguf::GgmlTensor { ty, shape: tensor.shape().to_vec(), data })
+    }
+
     /// A PyTorch checkpoint: its tensors (views of the mapped file) and plain values.
     fn open_checkpoint(path: &Path) -> Result<Archive> {
         let checkpoint = torch::read(path)?;
@@ -180,6 +256,7 @@ impl Archive {
             metadata: checkpoint.metadata,
             names: Vec::with_capacity(checkpoint.entries.len()),
             slots: HashMap::with_capacity(checkpoint.entries.len()),
+            gguf: None,
         };
         for (name, tensor) in checkpoint.entries {
             archive.insert(name, tensor);
@@ -249,6 +326,7 @@ impl Archive {
             metadata: header.metadata.clone(),
             names: Vec::with_capacity(header.entries.len()),
             slots: HashMap::with_capacity(header.entries.len()),
+            gguf: None,
         };
         for (at, entry) in header.entries.iter().enumerate() {
             archive.names.push(entry.name.clone());
@@ -319,8 +397,12 @@ impl Archive {
 
     /// The entries named `prefix` or `prefix.*`, names kept whole.
     pub fn select(&self, prefix: &str) -> Archive {
-        let mut selected =
-            Archive { metadata: self.metadata.clone(), origin: self.origin.clone(), ..Archive::default() };
+        let mut selected = Archive {
+            metadata: self.metadata.clone(),
+            origin: self.origin.clone(),
+            gguf: self.gguf.clone(),
+            ..Archive::default()
+        };
         for name in self.names.iter().filter(|name| under_prefix(name, prefix).is_some()) {
             selected.names.push(name.clone());
             selected.slots.insert(name.clone(), self.slots[name].clone());

@@ -36,6 +36,8 @@ pub(crate) enum Holds {
     Torch(PathBuf),
     /// A shard index of PyTorch checkpoints (`pytorch_model.bin.index.json`).
     TorchIndex(PathBuf),
+    /// A GGUF file, or every shard of a split one (`NAME-00001-of-00003.gguf`), in order.
+    Gguf(Vec<PathBuf>),
     /// A folder without a model file or index: the union of its SafeTensors files, in name
     /// order.
     Files { dir: PathBuf, files: Vec<PathBuf> },
@@ -73,7 +75,26 @@ pub(crate) fn detect(path: &Path) -> Result<Holds> {
     if let [index] = &mut indexes[..] {
         return Ok(Holds::ShardIndex(std::mem::take(index)));
     }
-    files(dir, |_| true)?.ok_or_else(|| Error::EmptyFolder { path: dir.to_path_buf() })
+    if let Some(holds) = files(dir, |_| true)? {
+        return Ok(holds);
+    }
+    gguf_files(dir)?.ok_or_else(|| Error::EmptyFolder { path: dir.to_path_buf() })
+}
+
+/// The GGUF model of a folder without SafeTensors files: its only `*.gguf` file, or the
+/// shards of its only split file.
+fn gguf_files(dir: &Path) -> Result<Option<Holds>> {
+    let mut found = Vec::new();
+    for item in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
+        let path = item.map_err(Error::io("list", dir))?.path();
+        if file_name(&path).ends_with(".gguf") && path.is_file() {
+            found.push(path);
+        }
+    }
+    found.sort();
+    let Some(first) = found.first() else { return Ok(None) };
+    let set = crate::gguf::split_siblings(first).unwrap_or_else(|| vec![first.clone()]);
+    Ok((set == found).then_some(Holds::Gguf(set)))
 }
 
 /// What the model files of a quantized folder are, leaving out [`OVERLAY_FILE`]: the shard
@@ -136,6 +157,9 @@ fn detect_file(path: &Path) -> Result<Holds> {
             Ok(if is_torch_index(file_name(path)) { Holds::TorchIndex(path_buf) } else { Holds::ShardIndex(path_buf) })
         }
         Some(ext) if ext == "safetensors" => Ok(Holds::SafeTensors(path_buf)),
+        _ if path.extension().is_some_and(|ext| ext == "gguf") || starts_with(path, MAGIC_GGUF)? => {
+            Ok(Holds::Gguf(crate::gguf::split_siblings(path).unwrap_or_else(|| vec![path_buf])))
+        }
         _ if is_torch_checkpoint(path)? => Ok(Holds::Torch(path_buf)),
         _ => Ok(Holds::SafeTensors(path_buf)),
     }
@@ -156,6 +180,20 @@ fn is_torch_index(file_name: &str) -> bool {
 #[cfg(feature = "remote")]
 pub(crate) fn has_torch_name(file_name: &str) -> bool {
     [".bin", ".pt", ".pth"].iter().any(|end| file_name.ends_with(end))
+}
+
+/// The first bytes of every GGUF file.
+const MAGIC_GGUF: &[u8] = b"GGUF";
+
+/// Whether the file at `path` starts with `magic`.
+fn starts_with(path: &Path, magic: &[u8]) -> Result<bool> {
+    let mut head = Vec::with_capacity(magic.len());
+    File::open(path)
+        .map_err(Error::io("open", path))?
+        .take(magic.len() as u64)
+        .read_to_end(&mut head)
+        .map_err(Error::io("read", path))?;
+    Ok(head == magic)
 }
 
 /// Whether the file at `path` starts as a PyTorch checkpoint does (a zip, or a pickle) and not

@@ -12,6 +12,7 @@ pub mod config;
 mod error;
 mod format;
 pub mod fs;
+pub mod gguf;
 pub mod hub;
 mod import;
 mod mapping;

@@ -66,6 +66,11 @@ pub(crate) trait Source: Send + Sync {
     /// Errors of tensors in memory are `nnx_core` errors that the writer names.
     fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, DataError>;
 
+    /// Entry `at` kept as ggml stores it; `None` for formats without ggml types.
+    fn ggml(&self, _at: usize) -> Option<Result<crate::gguf::GgmlTensor>> {
+        None
+    }
+
     /// The file in a store this source reads from, so that reads of many entries go out as one
     /// batch of range requests.
     #[cfg(feature = "remote")]

@@ -5,6 +5,7 @@ mod cli;
 mod convert;
 mod crash;
 mod generate;
+mod gguf;
 mod gpu;
 mod gpu_quant;
 mod gpu_zero_copy;

@@ -109,7 +109,7 @@ else:
 
 /// The interpreter named by `NNX_PYTHON`, else the one `scripts/setup.sh` installs under
 /// `$NNX_CACHE` (default `~/.cache/nnx`), else `python3`.
-fn interpreter() -> String {
+pub(crate) fn interpreter() -> String {
     if let Ok(python) = std::env::var("NNX_PYTHON") {
         return python;
     }

@@ -4,7 +4,11 @@
 //!
 //! ```text
 //! candle-peer llama DIR f32|bf16 ID,ID,... NEW_TOKENS RUNS
+//! candle-peer gguf FILE RUNS
 //! ```
+//!
+//! `gguf` is the peer of `cargo bench --bench gguf`: it opens a GGUF file with candle's
+//! `gguf_file` reader and reads every tensor into a `QTensor`, printing the median times.
 //!
 //! The model computes in the dtype given (the file's). A short warm-up generation runs first;
 //! then `RUNS` timed generations, each computing the prompt at once (prefill) and
@@ -43,8 +47,40 @@ fn generate(
     Ok((generated, prefill, start.elapsed().as_secs_f64()))
 }
 
+/// Median milliseconds of opening `path` (the header) and of importing every tensor.
+fn gguf(path: &str, runs: usize) -> Result<(), Box<dyn Error>> {
+    use candle_core::quantized::gguf_file::Content;
+    let (mut opens, mut imports) = (Vec::new(), Vec::new());
+    let mut bytes = 0usize;
+    for _ in 0..runs.max(1) {
+        let start = Instant::now();
+        let mut file = std::fs::File::open(path)?;
+        let content = Content::read(&mut file)?;
+        opens.push(start.elapsed().as_secs_f64() * 1e3);
+        let start = Instant::now();
+        bytes = 0;
+        for name in content.tensor_infos.keys() {
+            let tensor = content.tensor(&mut file, name, &Device::Cpu)?;
+            bytes += tensor.storage_size_in_bytes();
+        }
+        imports.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let median = |mut times: Vec<f64>| {
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
+    };
+    let result = serde_json::json!({"open_ms": median(opens), "import_ms": median(imports), "bytes": bytes});
+    println!("{result}");
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [kind, path, runs] = args.as_slice() {
+        if kind == "gguf" {
+            return gguf(path, runs.parse()?);
+        }
+    }
     let [model_kind, folder, dtype, ids, new_tokens, runs] = args.as_slice() else {
         return Err("usage: candle-peer llama DIR f32|bf16 ID,ID,... NEW_TOKENS RUNS".into());
     };

@@ -11,6 +11,7 @@ use crate::DType;
 
 mod archive;
 mod file_kind;
+mod gguf;
 mod header;
 mod hub;
 mod remote;
@@ -18,6 +19,7 @@ mod torch;
 
 pub use archive::{ConfigProblem, ConfigRule, ExportProblem, IndexProblem, ShardProblem, UnsavableProblem};
 pub use file_kind::FileKind;
+pub use gguf::GgufProblem;
 pub use header::HeaderProblem;
 pub use hub::{HubProblem, Missing, Offline};
 pub use remote::RemoteProblem;
@@ -380,6 +382,40 @@ pub enum Error {
         /// Weight values per element of the stream's last axis (the group or block size).
         values: usize,
     },
+    /// Bytes that are not whole ggml blocks for the values asked of them.
+    #[error(
+        "{op}: {values} values of {ty} take whole blocks of {block_size} values, but {bytes} bytes were given: pass a row length divisible by {block_size} and its blocks' bytes"
+    )]
+    GgmlRow {
+        /// The operation.
+        op: &'static str,
+        /// The ggml type's name.
+        ty: &'static str,
+        /// Values per block of the type.
+        block_size: usize,
+        /// Values asked for.
+        values: usize,
+        /// Bytes given.
+        bytes: usize,
+    },
+    /// A pattern that is not a regular expression.
+    #[error("`{pattern}` is not a regular expression: {message}")]
+    Pattern {
+        /// The pattern.
+        pattern: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A ggml type that an operation does not handle.
+    #[error("{op} does not handle ggml type {ty}: {hint}")]
+    GgmlUnsupported {
+        /// The operation.
+        op: &'static str,
+        /// The ggml type's name.
+        ty: &'static str,
+        /// What to use instead.
+        hint: &'static str,
+    },
 
     /// A Hub repository, or its snapshot in the cache, cannot be had.
     #[error("Hub repository `{repo}`: {problem}")]
@@ -430,6 +466,14 @@ pub enum Error {
         path: PathBuf,
         /// What is wrong.
         problem: TorchProblem,
+    },
+    /// A GGUF file that cannot be read, or a GGUF file that cannot be written.
+    #[error("`{path}` is not a usable GGUF file: {problem}")]
+    Gguf {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: GgufProblem,
     },
     /// A sharded index that cannot be used.
     #[error("`{path}` is not a usable shard index: {problem}")]

@@ -18,6 +18,7 @@
 mod affine;
 #[cfg(feature = "kernels")]
 mod gemv;
+pub mod ggml;
 #[cfg(feature = "kernels")]
 mod linear;
 #[cfg(feature = "kernels")]

@@ -1,0 +1,297 @@
+//! GGUF, the format of llama.cpp: metadata and tensors of ggml types, read over the mapped
+//! file and written atomically.
+//!
+//! Opening reads and checks the header only (every check of ggml's own reader). Plain tensors
+//! (F32, F16, BF16, F64, integers) are views of the file's pages; block-quantized tensors are
+//! decoded to f32 when asked for as tensors, and stay packed through [`GgmlTensor`] for the
+//! products that read the blocks directly. Shapes read outermost first (`[rows, cols]`), the
+//! reverse of ggml's `ne`.
+
+mod header;
+mod mixture;
+mod value;
+mod write;
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nnx_core::quant::ggml::{GgmlType, dequantize_row};
+use nnx_core::{ByteSource, DType, Tensor};
+
+pub use header::{DEFAULT_ALIGNMENT, MAX_DIMS, MAX_NAME_BYTES, TensorInfo};
+pub use mixture::{Mixture, Recipe, TypePlan, fallback, may_quantize};
+pub use value::{Array, Metadata, Value, ValueType};
+pub use write::{GgufWriter, shard_file_name};
+
+use crate::archive::EntryLocation;
+use crate::error::{Error, GgufProblem, Result};
+use crate::mapping::Mapping;
+use crate::source::{DataError, Source};
+
+/// The GGUF format version nnx writes.
+pub const VERSION: u32 = 3;
+
+/// The dtype of a plain ggml type; `None` for block types.
+pub fn plain_dtype(ty: GgmlType) -> Option<DType> {
+    Some(match ty {
+        GgmlType::F32 => DType::F32,
+        GgmlType::F16 => DType::F16,
+        GgmlType::BF16 => DType::BF16,
+        GgmlType::F64 => DType::F64,
+        GgmlType::I8 => DType::I8,
+        GgmlType::I16 => DType::I16,
+        GgmlType::I32 => DType::I32,
+        GgmlType::I64 => DType::I64,
+        _ => return None,
+    })
+}
+
+/// The ggml type of a dtype GGUF stores as it is; `None` for dtypes it has no type for.
+pub fn ggml_type_of(dtype: DType) -> Option<GgmlType> {
+    Some(match dtype {
+        DType::F32 => GgmlType::F32,
+        DType::F16 => GgmlType::F16,
+        DType::BF16 => GgmlType::BF16,
+        DType::F64 => GgmlType::F64,
+        DType::I8 => GgmlType::I8,
+        DType::I16 => GgmlType::I16,
+        DType::I32 => GgmlType::I32,
+        DType::I64 => GgmlType::I64,
+        _ => return None,
+    })
+}
+
+/// A tensor kept as ggml stores it: the type, the shape and the packed bytes (a view of the
+/// file's pages when it comes from a file).
+#[derive(Clone, Debug)]
+pub struct GgmlTensor {
+    /// The ggml type.
+    pub ty: GgmlType,
+    /// The shape, outermost first.
+    pub shape: Vec<usize>,
+    /// The packed bytes, a U8 tensor of one axis.
+    pub data: Tensor,
+}
+
+impl GgmlTensor {
+    /// Packs floats as `ty` (a type [`nnx_core::quant::ggml::can_quantize`] takes), rows along
+    /// the last axis.
+    ///
+    /// # Errors
+    /// [`Error::GgmlRow`] when the last axis does not hold whole blocks,
+    /// [`Error::GgmlUnsupported`] for a type nnx does not quantize to, and the errors of
+    /// reading `tensor` as f32.
+    pub fn quantize(tensor: &Tensor, ty: GgmlType) -> Result<GgmlTensor> {
+        let values = tensor.to_dtype(DType::F32)?.contiguous();
+        let values = values.as_slice::<f32>()?.unwrap_or_default();
+        let bytes = packed_len(ty, tensor.shape())?;
+        let mut out = vec![0u8; bytes];
+        if !values.is_empty() {
+            nnx_core::quant::ggml::quantize_row(ty, values, &mut out)?;
+        }
+        Ok(GgmlTensor { ty, shape: tensor.shape().to_vec(), data: Tensor::from_vec(out, &[bytes])? })
+    }
+
+    /// The values decoded to f32 with the shape, bit-exact with ggml.
+    ///
+    /// # Errors
+    /// [`Error::GgmlUnsupported`] for a type without a decoder.
+    pub fn dequantize(&self) -> Result<Tensor> {
+        let bytes = self.data.contiguous();
+        let bytes = bytes.as_slice::<u8>()?.unwrap_or_default();
+        decode(self.ty, &self.shape, bytes)
+    }
+
+    /// The packed bytes.
+    ///
+    /// # Errors
+    /// The error of reading a meta tensor.
+    pub fn bytes(&self) -> Result<Cow<'_, [u8]>> {
+        self.data.to_bytes()
+    }
+}
+
+/// Bytes of a tensor of `ty` and `shape`, rows along the last axis.
+fn packed_len(ty: GgmlType, shape: &[usize]) -> Result<usize> {
+    let cols = shape.last().copied().unwrap_or(1);
+    let rows: usize = shape[..shape.len().saturating_sub(1)].iter().product();
+    let row_bytes = ty.row_bytes(cols).ok_or(Error::GgmlRow {
+        op: "GgmlTensor::quantize",
+        ty: ty.name(),
+        block_size: ty.block_size(),
+        values: cols,
+        bytes: 0,
+    })?;
+    rows.checked_mul(row_bytes).ok_or(Error::TooLarge { dtype: DType::U8, shape: shape.to_vec() })
+}
+
+/// The f32 tensor of `shape` that `bytes` of `ty` hold.
+fn decode(ty: GgmlType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+    let values: usize = shape.iter().product();
+    let mut out = Vec::new();
+    out.try_reserve_exact(values)
+        .map_err(|_| Error::Allocation { op: "decoding a GGUF tensor", bytes: values.saturating_mul(4) })?;
+    out.resize(values, 0f32);
+    dequantize_row(ty, bytes, &mut out)?;
+    Tensor::from_vec(out, shape)
+}
+
+/// A GGUF file opened over its mapping.
+pub(crate) struct GgufFile {
+    pub(crate) path: PathBuf,
+    mapping: Arc<Mapping>,
+    pub(crate) header: header::Header,
+    /// Each tensor's f32 or plain dtype, as entries give it.
+    dtypes: Vec<DType>,
+}
+
+impl GgufFile {
+    /// Maps `path` and reads its header.
+    ///
+    /// # Errors
+    /// [`Error::Io`], and [`Error::Gguf`] naming the first check of ggml's reader that fails.
+    pub(crate) fn open(path: &Path) -> Result<Arc<GgufFile>> {
+        let file = File::open(path).map_err(Error::io("open", path))?;
+        let len = file.metadata().map_err(Error::io("open", path))?.len();
+        if len == 0 {
+            return Err(Error::Gguf { path: path.to_path_buf(), problem: GgufProblem::Magic { found: Vec::new() } });
+        }
+        let mapping = Arc::new(Mapping::new(&file, path)?);
+        let header =
+            header::parse(mapping.bytes()).map_err(|problem| Error::Gguf { path: path.to_path_buf(), problem })?;
+        let dtypes = header.tensors.iter().map(|info| plain_dtype(info.ty).unwrap_or(DType::F32)).collect();
+        Ok(Arc::new(GgufFile { path: path.to_path_buf(), mapping, header, dtypes }))
+    }
+
+    fn bytes_of(&self, at: usize) -> &[u8] {
+        let info = &self.header.tensors[at];
+        let start = (self.header.data_start + info.offset) as usize;
+        &self.mapping.bytes()[start..start + info.bytes as usize]
+    }
+
+    /// Tensor `at` kept packed, its bytes a view of the file.
+    pub(crate) fn packed(&self, at: usize) -> Result<GgmlTensor> {
+        let info = &self.header.tensors[at];
+        let start = (self.header.data_start + info.offset) as usize;
+        let source: Arc<dyn ByteSource> = self.mapping.clone();
+        let data = Tensor::from_shared(source, start, info.bytes as usize, DType::U8, &[info.bytes as usize])
+            .map_err(|error| self.data_error(at, error))?;
+        Ok(GgmlTensor { ty: info.ty, shape: info.shape.clone(), data })
+    }
+
+    fn data_error(&self, at: usize, source: nnx_core::Error) -> Error {
+        Error::Data { path: self.path.clone(), name: self.header.tensors[at].name.clone(), source: Box::new(source) }
+    }
+
+    fn undecodable(&self, at: usize) -> Error {
+        let info = &self.header.tensors[at];
+        Error::Gguf {
+            path: self.path.clone(),
+            problem: GgufProblem::Undecodable {
+                name: info.name.clone(),
+                ty: info.ty.name(),
+                hint: "it is an activation type of ggml's products that files do not store; read its blocks with `Archive::ggml`",
+            },
+        }
+    }
+}
+
+impl Source for GgufFile {
+    fn spec(&self, at: usize) -> (DType, &[usize]) {
+        (self.dtypes[at], &self.header.tensors[at].shape)
+    }
+
+    fn tensor(&self, at: usize) -> Result<Tensor> {
+        let info = &self.header.tensors[at];
+        if let Some(dtype) = plain_dtype(info.ty) {
+            let start = (self.header.data_start + info.offset) as usize;
+            let source: Arc<dyn ByteSource> = self.mapping.clone();
+            return match Tensor::from_shared(source, start, info.bytes as usize, dtype, &info.shape) {
+                Ok(tensor) => Ok(tensor),
+                Err(nnx_core::Error::Misaligned { .. }) => Tensor::from_bytes(dtype, &info.shape, self.bytes_of(at))
+                    .map_err(|error| self.data_error(at, error)),
+                Err(error) => Err(self.data_error(at, error)),
+            };
+        }
+        decode(info.ty, &info.shape, self.bytes_of(at)).map_err(|error| match error {
+            nnx_core::Error::GgmlUnsupported { .. } => self.undecodable(at),
+            error => self.data_error(at, error),
+        })
+    }
+
+    fn path(&self) -> Option<&Path> {
+        Some(&self.path)
+    }
+
+    fn location(&self, at: usize) -> Option<EntryLocation> {
+        let info = &self.header.tensors[at];
+        let begin = info.offset as usize;
+        Some(EntryLocation {
+            path: self.path.clone(),
+            data_offsets: (begin, begin + info.bytes as usize),
+            file_offset: (self.header.data_start + info.offset) as usize,
+        })
+    }
+
+    fn stored_bytes(&self, at: usize) -> usize {
+        self.header.tensors[at].bytes as usize
+    }
+
+    fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, DataError> {
+        if plain_dtype(self.header.tensors[at].ty).is_some() {
+            return Ok(Cow::Borrowed(self.bytes_of(at)));
+        }
+        let tensor = self.tensor(at).map_err(DataError::Io)?;
+        let bytes = tensor.to_bytes().map_err(DataError::Tensor)?.into_owned();
+        Ok(Cow::Owned(bytes))
+    }
+
+    fn ggml(&self, at: usize) -> Option<Result<GgmlTensor>> {
+        Some(self.packed(at))
+    }
+}
+
+/// The shards of a split GGUF file named like `NAME-00001-of-00003.gguf`: every shard's
+/// path, in order, when `path` is one of them.
+pub(crate) fn split_siblings(path: &Path) -> Option<Vec<PathBuf>> {
+    let name = path.file_name()?.to_str()?;
+    let stem = name.strip_suffix(".gguf")?;
+    let (head, count) = stem.rsplit_once("-of-")?;
+    let (base, number) = head.rsplit_once('-')?;
+    let well_formed = |digits: &str| digits.len() == 5 && digits.bytes().all(|b| b.is_ascii_digit());
+    if !well_formed(number) || !well_formed(count) {
+        return None;
+    }
+    let total: usize = count.parse().ok()?;
+    if total == 0 {
+        return None;
+    }
+    let dir = path.parent().unwrap_or(Path::new(""));
+    Some((1..=total).map(|n| dir.join(shard_file_name(base, n, total))).collect())
+}
+
+/// Checks that `file` is shard `index` of `count` of a split set (by its `split.*` keys);
+/// a file without them must be alone.
+pub(crate) fn check_split(file: &GgufFile, index: usize, count: usize) -> Result<()> {
+    let metadata = &file.header.metadata;
+    let shard = || file.path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let fail = |message: String| {
+        Err(Error::Gguf { path: file.path.clone(), problem: GgufProblem::Split { shard: shard(), message } })
+    };
+    match (metadata.u64("split.no"), metadata.u64("split.count")) {
+        (None, None) if count == 1 => Ok(()),
+        (None, None) => fail(format!(
+            "its name makes it shard {} of {count}, but it has no `split.no` and `split.count` keys",
+            index + 1
+        )),
+        (Some(no), Some(total)) if no == index as u64 && total == count as u64 => Ok(()),
+        (no, total) => fail(format!(
+            "its name makes it shard {} of {count}, but its keys say `split.no` {} of `split.count` {}: the set is mixed up; download it again",
+            index + 1,
+            no.map_or("missing".to_string(), |n| n.to_string()),
+            total.map_or("missing".to_string(), |n| n.to_string()),
+        )),
+    }
+}
