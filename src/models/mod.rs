@@ -10,6 +10,7 @@ pub mod sentence;
 use std::fmt::Debug;
 use std::path::Path;
 
+use nnx_core::quant::ggml::GgmlLinear;
 use nnx_core::quant::{QuantizedLinear, SeedLinear};
 use nnx_core::{Compute, Device, Host, Tensor};
 
@@ -40,6 +41,12 @@ impl Project<Host> for QuantizedLinear {
     }
 }
 
+impl Project<Host> for GgmlLinear {
+    fn project(&self, x: &Tensor) -> crate::Result<Tensor> {
+        self.forward(x)
+    }
+}
+
 impl Project<Host> for SeedLinear {
     fn project(&self, x: &Tensor) -> crate::Result<Tensor> {
         self.forward(x)
@@ -61,7 +68,7 @@ impl Project<crate::Gpu> for SeedLinear<crate::Gpu> {
 }
 
 /// How a model stores its projection weights: the second type parameter of [`llama::Llama`].
-/// [`Dense`] is the published checkpoint; [`Affine`] and [`Seed`] are packed (see
+/// [`Dense`] is the published checkpoint; [`Affine`], [`Seed`] and [`Ggml`] are packed (see
 /// [`llama::Llama::quantize`]), read without ever writing the float weight.
 pub trait Weights: Clone + Debug + 'static {
     /// One projection on device `D`.
@@ -81,6 +88,11 @@ pub struct Affine;
 #[derive(Clone, Copy, Debug)]
 pub struct Seed;
 
+/// ggml block weights ([`GgmlLinear`]), as GGUF files store them: Q4_0, Q8_0, the K-quants,
+/// IQ4 and the rest, each projection its own type.
+#[derive(Clone, Copy, Debug)]
+pub struct Ggml;
+
 impl Weights for Dense {
     type Layer<D: Device> = Linear<D>;
 }
@@ -91,6 +103,10 @@ impl Weights for Affine {
 
 impl Weights for Seed {
     type Layer<D: Device> = SeedLinear<D>;
+}
+
+impl Weights for Ggml {
+    type Layer<D: Device> = GgmlLinear<D>;
 }
 
 /// Reads and parses a `config.json`, then runs the configuration's `check` on it, so that no

@@ -486,3 +486,37 @@ fn a_quantized_llama_decodes_as_the_model_of_its_dequantized_weights() {
         }
     }
 }
+
+#[test]
+fn a_llama_of_ggml_blocks_decodes_as_the_model_of_its_decoded_weights() {
+    use nnx::quant::ggml::{GgmlLinear, GgmlType};
+    let mut config = serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(fixtures().join("llama-tiny").join("config.json")).unwrap(),
+    )
+    .unwrap();
+    config["intermediate_size"] = 256.into();
+    config["hidden_size"] = 256.into();
+    let config: LlamaConfig = serde_json::from_value(config).unwrap();
+    let dense = Llama::new(&config, DType::F32, nnx::nn::Init::Seeded(5));
+    let ids = [1u32, 40, 7, 99, 3, 250, 18];
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+        // Rows that do not hold whole blocks take llama.cpp's fallback type.
+        let packed = dense
+            .map_weights::<nnx::models::Ggml>(|layer| {
+                GgmlLinear::from_linear(layer, nnx::gguf::fallback(ty, layer.weight.shape()[1]))
+            })
+            .unwrap();
+        let names = packed.flat_state_dict();
+        assert_eq!(names.get("layers.1.mlp.down.weight").unwrap().dtype(), DType::U8, "{ty} blocks stay packed");
+        let decoded = packed.map_weights::<Dense>(|layer| layer.to_linear(DType::F32)).unwrap();
+        let (ours, theirs) = (packed.logits(&ids).unwrap(), decoded.logits(&ids).unwrap());
+        let (ours, theirs) = (ours.to_vec::<f32>().unwrap(), theirs.to_vec::<f32>().unwrap());
+        let scale = theirs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        // The packed products quantize activations to 8 bits per block, as ggml's do.
+        let diff = max_abs_diff(&ours, &theirs, "ggml-block Llama logits");
+        assert!(diff <= 0.02 * scale, "{ty}: logits differ from the decoded model's by {diff} (scale {scale})");
+        let steps = 8;
+        let cached = packed.generate(&ids, steps).unwrap();
+        assert_eq!(cached, uncached_greedy(&packed, &ids, steps), "{ty} without a cache");
+    }
+}

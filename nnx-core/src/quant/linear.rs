@@ -15,7 +15,7 @@ use crate::module::{FieldInfo, ImportRule, Module, PathStep, Place, Placer, Visi
 use crate::nn::Linear;
 use crate::{DType, Device, Host, Tensor};
 
-const fn field(name: &'static str) -> FieldInfo {
+pub(crate) const fn field(name: &'static str) -> FieldInfo {
     FieldInfo { ident: name, segment: name, rule: ImportRule::NONE }
 }
 
@@ -29,13 +29,13 @@ const COEFS: FieldInfo = field("coefs");
 const EXP_BIAS: FieldInfo = field("exp_bias");
 const CODES: FieldInfo = field("codes");
 
-fn visit<D: Device>(visitor: &mut dyn Visitor<D>, field: &'static FieldInfo, tensor: &Tensor<D>) {
+pub(crate) fn visit<D: Device>(visitor: &mut dyn Visitor<D>, field: &'static FieldInfo, tensor: &Tensor<D>) {
     visitor.enter(PathStep::Field(field));
     visitor.tensor(tensor);
     visitor.leave();
 }
 
-fn visit_mut<D: Device>(visitor: &mut dyn VisitorMut<D>, field: &'static FieldInfo, tensor: &mut Tensor<D>) {
+pub(crate) fn visit_mut<D: Device>(visitor: &mut dyn VisitorMut<D>, field: &'static FieldInfo, tensor: &mut Tensor<D>) {
     visitor.enter(PathStep::Field(field));
     visitor.tensor(tensor);
     visitor.leave();
@@ -83,7 +83,12 @@ pub(crate) fn check_one_slice(shape: [usize; 3]) -> Result<()> {
 }
 
 /// The input as f32 `[rows, features]`, checking its last axis.
-fn input(op: &'static str, x: &Tensor, features: usize, weight_shape: &[usize]) -> Result<(Vec<f32>, usize)> {
+pub(crate) fn input(
+    op: &'static str,
+    x: &Tensor,
+    features: usize,
+    weight_shape: &[usize],
+) -> Result<(Vec<f32>, usize)> {
     check_input(op, x, features, weight_shape)?;
     let values = x.to_f32_vec()?;
     let rows = values.len() / features.max(1);
@@ -91,7 +96,7 @@ fn input(op: &'static str, x: &Tensor, features: usize, weight_shape: &[usize]) 
 }
 
 /// Adds the bias to every row and builds the `[.., out]` output.
-fn output(x: &Tensor, mut values: Vec<f32>, bias: Option<&Tensor>, out_features: usize) -> Result<Tensor> {
+pub(crate) fn output(x: &Tensor, mut values: Vec<f32>, bias: Option<&Tensor>, out_features: usize) -> Result<Tensor> {
     if let Some(bias) = bias {
         let bias = bias.to_f32_vec()?;
         for row in values.chunks_exact_mut(out_features) {

@@ -20,7 +20,7 @@ mod affine;
 mod gemv;
 pub mod ggml;
 #[cfg(feature = "kernels")]
-mod linear;
+pub(crate) mod linear;
 #[cfg(feature = "kernels")]
 mod matmul;
 mod seed;

@@ -9,11 +9,15 @@ mod dequant;
 #[cfg(feature = "kernels")]
 mod dot;
 mod grids;
+#[cfg(feature = "kernels")]
+mod linear;
 mod quantize;
 
 pub use dequant::dequantize_row;
 #[cfg(feature = "kernels")]
 pub use dot::{matmul, matvec};
+#[cfg(feature = "kernels")]
+pub use linear::GgmlLinear;
 pub use quantize::{can_quantize, quantize_row};
 
 use crate::error::{Error, Result};
