@@ -150,9 +150,14 @@ pub fn run(args: Args) -> Result<String, CliError> {
             args.output.display()
         )));
     }
+    let recipe = args.ty.unwrap_or(nnx::gguf::Recipe::Pure(nnx::quant::ggml::GgmlType::F16));
+    if gguf
+        && let Some(summary) = crate::to_gguf::convert_folder(&args.input, &args.output, recipe, &args.tensor_types)?
+    {
+        return Ok(summary);
+    }
     let (input, archive) = open_archive(args.input)?;
     if gguf {
-        let recipe = args.ty.unwrap_or(nnx::gguf::Recipe::Pure(nnx::quant::ggml::GgmlType::F16));
         return crate::to_gguf::convert(&archive, &input, &args.output, recipe, &args.tensor_types);
     }
     convert(archive, &input, &args.output, &options)

@@ -38,8 +38,38 @@ pub fn convert(
     recipe: Recipe,
     overrides: &[(String, GgmlType)],
 ) -> Result<String, CliError> {
-    let names: Vec<&str> = archive.names().collect();
     let metadata = archive.gguf_metadata().cloned().unwrap_or_default();
+    write(archive, metadata, input, output, recipe, overrides)
+}
+
+/// Writes a transformers folder of an architecture nnx exports as llama.cpp's converter
+/// does (see [`nnx::models::gguf`]); `None` for other inputs.
+pub fn convert_folder(
+    input: &Path,
+    output: &Path,
+    recipe: Recipe,
+    overrides: &[(String, GgmlType)],
+) -> Result<Option<String>, CliError> {
+    if !input.is_dir() {
+        return Ok(None);
+    }
+    let Some(export) = nnx::models::gguf::export(input)? else { return Ok(None) };
+    let mut summary = write(&export.tensors, export.metadata, input, output, recipe, overrides)?;
+    for note in &export.notes {
+        summary.push_str(&format!("note: {note}\n"));
+    }
+    Ok(Some(summary))
+}
+
+fn write(
+    archive: &Archive,
+    metadata: nnx::gguf::Metadata,
+    input: &Path,
+    output: &Path,
+    recipe: Recipe,
+    overrides: &[(String, GgmlType)],
+) -> Result<String, CliError> {
+    let names: Vec<&str> = archive.names().collect();
     let overrides: Vec<(&str, GgmlType)> = overrides.iter().map(|(pattern, ty)| (pattern.as_str(), *ty)).collect();
     let mut plan = TypePlan::new(recipe, &metadata, &names, &overrides)?;
     // The plan walks tensors in file order, as llama.cpp's counters do; the work runs in

@@ -2,6 +2,7 @@
 //! Hugging Face checkpoints import as they are: [`bert`], [`gpt2`] and [`llama`].
 
 pub mod bert;
+pub mod gguf;
 pub mod gpt2;
 pub mod llama;
 #[cfg(feature = "text")]

@@ -484,3 +484,82 @@ fn the_command_line_converts_to_gguf_and_back_with_types_the_gguf_package_reads(
     assert_ne!(code, 0);
     assert!(stderr.contains("q4_k_m"), "the error lists what is offered: {stderr}");
 }
+
+/// Checks a GGUF file written from `llama-tiny` against its SafeTensors checkpoint in numpy:
+/// llama.cpp's names, the q/k permutation of its converter, norms in f32, and the tokenizer.
+const LLAMA_CHECK: &str = r#"
+import json, sys
+import numpy as np
+from gguf import GGUFReader
+from safetensors.numpy import load_file
+
+gguf_path, folder = sys.argv[1], sys.argv[2]
+reader = GGUFReader(gguf_path)
+import ml_dtypes
+hf = {k: np.asarray(v).astype(np.float32) for k, v in load_file(folder + "/model.safetensors").items()}
+config = json.load(open(folder + "/config.json"))
+tensors = {t.name: t for t in reader.tensors}
+
+def permute(w, n_head):
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+def value(t):
+    return np.asarray(t.data).reshape([int(n) for n in reversed(t.shape)]).astype(np.float32)
+
+checked = 0
+for i in range(config["num_hidden_layers"]):
+    pairs = {
+        f"blk.{i}.attn_q.weight": permute(hf[f"model.layers.{i}.self_attn.q_proj.weight"], config["num_attention_heads"]),
+        f"blk.{i}.attn_k.weight": permute(hf[f"model.layers.{i}.self_attn.k_proj.weight"], config["num_key_value_heads"]),
+        f"blk.{i}.attn_v.weight": hf[f"model.layers.{i}.self_attn.v_proj.weight"],
+        f"blk.{i}.ffn_down.weight": hf[f"model.layers.{i}.mlp.down_proj.weight"],
+        f"blk.{i}.attn_norm.weight": hf[f"model.layers.{i}.input_layernorm.weight"],
+    }
+    for name, expected in pairs.items():
+        assert np.array_equal(value(tensors[name]), expected), name
+        checked += 1
+assert tensors["blk.0.attn_norm.weight"].tensor_type.name == "F32"
+assert np.array_equal(value(tensors["output.weight"]), hf["lm_head.weight"])
+fields = reader.fields
+tokens = fields["tokenizer.ggml.tokens"].contents()
+tokenizer = json.load(open(folder + "/tokenizer.json"))
+for token, id in tokenizer["model"]["vocab"].items():
+    assert tokens[id] == token, (id, token)
+print(json.dumps({
+    "checked": checked,
+    "architecture": fields["general.architecture"].contents(),
+    "heads_kv": int(fields["llama.attention.head_count_kv"].contents()),
+    "model": fields["tokenizer.ggml.model"].contents(),
+    "types": [int(t) for t in fields["tokenizer.ggml.token_type"].contents()[:4]],
+}))
+"#;
+
+#[test]
+fn a_transformers_llama_converts_as_llama_cpps_converter_writes_it() {
+    let dir = scratch();
+    let folder = crate::util::fixtures().join("llama-tiny");
+    let gguf = dir.path().join("llama-tiny-f32.gguf");
+    let (code, stdout, stderr) = crate::util::run_nnx(&[
+        "convert".as_ref(),
+        folder.as_os_str(),
+        gguf.as_os_str(),
+        "--type".as_ref(),
+        "f32".as_ref(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("converted 21 tensors"), "{stdout}");
+    let output = Command::new(interpreter())
+        .args(["-c", LLAMA_CHECK, gguf.to_str().unwrap(), folder.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let checked: Json = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(checked["checked"], 10);
+    assert_eq!(checked["architecture"], "llama");
+    assert_eq!(checked["heads_kv"], 2);
+    assert_eq!(checked["model"], "gpt2");
+    assert_eq!(checked["types"], serde_json::json!([3, 3, 3, 1]), "special tokens are control tokens");
+    let archive = Archive::open(&gguf).unwrap();
+    assert!(archive.contains("blk.1.ffn_gate.weight") && archive.contains("output_norm.weight"));
+    assert_eq!(archive.gguf_metadata().unwrap().u64("llama.block_count"), Some(2));
+}

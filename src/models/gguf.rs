@@ -1,0 +1,221 @@
+//! Transformers checkpoints of the architectures nnx knows, written as llama.cpp's converter
+//! (`convert_hf_to_gguf.py`) writes them: its tensor names, its hyperparameter keys, the
+//! tokenizer in `tokenizer.ggml.*`, and, for Llama-family attention, its row permutation of
+//! the query and key projections (ggml's rotary embedding pairs neighbouring rows, where
+//! transformers pairs the two halves of each head).
+
+use std::path::Path;
+
+use nnx_io::gguf::{Array, Metadata, Value};
+
+use crate::models::llama::LlamaConfig;
+use crate::{Archive, Tensor};
+
+/// A checkpoint ready to be written as GGUF: llama.cpp's metadata and the tensors under
+/// llama.cpp's names (permuted where it permutes), in its order.
+#[derive(Debug)]
+pub struct GgufExport {
+    /// Hyperparameters and tokenizer under llama.cpp's keys.
+    pub metadata: Metadata,
+    /// The tensors, named as llama.cpp names them.
+    pub tensors: Archive,
+    /// What was not carried over, for the user (a tokenizer nnx cannot express, say).
+    pub notes: Vec<String>,
+}
+
+/// The GGUF form of the transformers folder `dir` when its `config.json` names an
+/// architecture nnx exports (Llama); `None` for other folders.
+///
+/// # Errors
+/// The errors of reading the configuration, the weights or the tokenizer; an entry the
+/// architecture expects and the checkpoint lacks.
+pub fn export(dir: &Path) -> crate::Result<Option<GgufExport>> {
+    let config_path = dir.join("config.json");
+    if !config_path.is_file() {
+        return Ok(None);
+    }
+    let text = nnx_io::config::read_text(&config_path)?;
+    let kind: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    if kind["model_type"] != "llama" {
+        return Ok(None);
+    }
+    let config = LlamaConfig::from_file(&config_path)?;
+    let archive = Archive::open(dir)?;
+    let mut export = llama(&config, &archive)?;
+    if let Some(name) = dir.file_name().and_then(|name| name.to_str()) {
+        export.metadata.set("general.name", Value::String(name.to_string()));
+    }
+    let tokenizer = dir.join("tokenizer.json");
+    if tokenizer.is_file() {
+        tokenizer_metadata(&tokenizer, &config, &mut export)?;
+    } else {
+        export.notes.push("no tokenizer.json: the file has no tokenizer".into());
+    }
+    Ok(Some(export))
+}
+
+/// ggml's row order of a query or key projection of `heads` heads: within each head, rows
+/// `[a0 a1 .. b0 b1 ..]` (the two rotary halves) become `[a0 b0 a1 b1 ..]`.
+///
+/// # Errors
+/// When the rows do not split into `heads` heads of an even size.
+pub fn permute_rows(weight: &Tensor, heads: usize) -> crate::Result<Tensor> {
+    let shape = weight.shape().to_vec();
+    let rows = shape[0];
+    let rest: Vec<usize> = shape[1..].to_vec();
+    let half = rows / heads.max(1) / 2;
+    let mut split = vec![heads, 2, half];
+    split.extend(&rest);
+    let mut axes = vec![0, 2, 1];
+    axes.extend(3..3 + rest.len());
+    weight.contiguous().reshape(&split)?.permute(&axes)?.contiguous().reshape(&shape)
+}
+
+fn llama(config: &LlamaConfig, archive: &Archive) -> crate::Result<GgufExport> {
+    let mut metadata = Metadata::new();
+    let arch = "llama";
+    let set = |metadata: &mut Metadata, key: &str, value: Value| metadata.set(format!("{arch}.{key}"), value);
+    metadata.set("general.architecture", Value::String(arch.into()));
+    let u32_of = |n: usize| Value::U32(n as u32);
+    set(&mut metadata, "context_length", u32_of(config.max_position_embeddings.unwrap_or(2048)));
+    set(&mut metadata, "embedding_length", u32_of(config.hidden_size));
+    set(&mut metadata, "block_count", u32_of(config.num_hidden_layers));
+    set(&mut metadata, "feed_forward_length", u32_of(config.intermediate_size));
+    set(&mut metadata, "rope.dimension_count", u32_of(config.head_dim()));
+    set(&mut metadata, "attention.head_count", u32_of(config.num_attention_heads));
+    set(&mut metadata, "attention.head_count_kv", u32_of(config.kv_heads()));
+    set(&mut metadata, "attention.layer_norm_rms_epsilon", Value::F32(config.rms_norm_eps));
+    set(&mut metadata, "rope.freq_base", Value::F32(config.theta()));
+    if config.head_dim() * config.num_attention_heads != config.hidden_size {
+        set(&mut metadata, "attention.key_length", u32_of(config.head_dim()));
+        set(&mut metadata, "attention.value_length", u32_of(config.head_dim()));
+    }
+
+    let mut tensors = Archive::new();
+    let mut notes = Vec::new();
+    let take = |name: &str| archive.try_get(name);
+    tensors.insert("token_embd.weight", take("model.embed_tokens.weight")?);
+    for i in 0..config.num_hidden_layers {
+        let hf = |part: &str| format!("model.layers.{i}.{part}.weight");
+        let blk = |part: &str| format!("blk.{i}.{part}.weight");
+        tensors.insert(blk("attn_norm"), take(&hf("input_layernorm"))?);
+        tensors.insert(blk("ffn_down"), take(&hf("mlp.down_proj"))?);
+        tensors.insert(blk("ffn_gate"), take(&hf("mlp.gate_proj"))?);
+        tensors.insert(blk("ffn_up"), take(&hf("mlp.up_proj"))?);
+        tensors.insert(blk("ffn_norm"), take(&hf("post_attention_layernorm"))?);
+        tensors.insert(blk("attn_k"), permute_rows(&take(&hf("self_attn.k_proj"))?, config.kv_heads())?);
+        tensors.insert(blk("attn_output"), take(&hf("self_attn.o_proj"))?);
+        tensors.insert(blk("attn_q"), permute_rows(&take(&hf("self_attn.q_proj"))?, config.num_attention_heads)?);
+        tensors.insert(blk("attn_v"), take(&hf("self_attn.v_proj"))?);
+    }
+    tensors.insert("output_norm.weight", take("model.norm.weight")?);
+    if !config.tie_word_embeddings {
+        tensors.insert("output.weight", take("lm_head.weight")?);
+    }
+    // llama.cpp's converter keeps 1-D tensors (the norms) in f32, which every backend reads.
+    let names: Vec<String> = tensors.names().map(str::to_string).collect();
+    for name in names {
+        let tensor = tensors.try_get(&name)?;
+        if tensor.rank() == 1 && tensor.dtype().is_castable_float() {
+            tensors.insert(name, tensor.to_dtype(crate::DType::F32)?);
+        }
+    }
+    if config.rope_parameters.as_ref().is_some_and(|rope| rope.extra.get("rope_type").is_some_and(|t| t != "default"))
+        || config.extra.contains_key("rope_scaling")
+    {
+        notes.push(
+            "the rope scaling of config.json is not written (llama.cpp stores Llama 3's as `rope_freqs.weight`)".into(),
+        );
+    }
+    Ok(GgufExport { metadata, tensors, notes })
+}
+
+/// The tokenizer of a `tokenizer.json` as llama.cpp's converter writes a byte-level BPE one
+/// (`tokenizer.ggml.model = gpt2`): tokens in id order, their types, the merges and the special
+/// ids. Other tokenizer models are left out with a note.
+fn tokenizer_metadata(path: &Path, config: &LlamaConfig, export: &mut GgufExport) -> crate::Result<()> {
+    let text = nnx_io::config::read_text(path)?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|error| crate::Error::Config {
+        path: path.to_path_buf(),
+        problem: crate::error::ConfigProblem::NotModelConfig { message: error.to_string() },
+    })?;
+    let model = &json["model"];
+    let byte_level = json["pre_tokenizer"]["type"] == "ByteLevel"
+        || json["pre_tokenizer"]["pretokenizers"]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|item| item["type"] == "ByteLevel"));
+    if model["type"] != "BPE" || !byte_level {
+        export.notes.push(format!(
+            "the tokenizer ({} without a byte-level pre-tokenizer) is not written: only byte-level BPE tokenizers are",
+            model["type"].as_str().unwrap_or("unknown")
+        ));
+        return Ok(());
+    }
+    let vocab = model["vocab"].as_object().cloned().unwrap_or_default();
+    let added = json["added_tokens"].as_array().cloned().unwrap_or_default();
+    let size = vocab
+        .values()
+        .filter_map(|id| id.as_u64())
+        .chain(added.iter().filter_map(|token| token["id"].as_u64()))
+        .max()
+        .map_or(0, |max| max as usize + 1)
+        .max(config.extra.get("vocab_size").and_then(|v| v.as_u64()).unwrap_or(0) as usize);
+    let mut tokens = vec![None; size];
+    for (token, id) in &vocab {
+        if let Some(slot) = id.as_u64().and_then(|id| tokens.get_mut(id as usize)) {
+            *slot = Some((token.clone(), 1i32));
+        }
+    }
+    for token in &added {
+        let (Some(id), Some(content)) = (token["id"].as_u64(), token["content"].as_str()) else { continue };
+        // llama.cpp's token types: 3 control (special), 4 user-defined.
+        let kind = if token["special"].as_bool() == Some(true) { 3 } else { 4 };
+        if let Some(slot) = tokens.get_mut(id as usize) {
+            *slot = Some((content.to_string(), kind));
+        }
+    }
+    let (names, kinds): (Vec<String>, Vec<i32>) =
+        tokens.into_iter().enumerate().map(|(id, token)| token.unwrap_or_else(|| (format!("[PAD{id}]"), 5))).unzip();
+    let merges: Vec<String> = model["merges"]
+        .as_array()
+        .map(|merges| {
+            merges
+                .iter()
+                .filter_map(|merge| match merge {
+                    serde_json::Value::String(text) => Some(text.clone()),
+                    serde_json::Value::Array(pair) => {
+                        Some(format!("{} {}", pair.first()?.as_str()?, pair.get(1)?.as_str()?))
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let metadata = &mut export.metadata;
+    metadata.set("tokenizer.ggml.model", Value::String("gpt2".into()));
+    metadata.set("tokenizer.ggml.pre", Value::String("default".into()));
+    metadata.set("tokenizer.ggml.tokens", Value::Array(Array::String(names)));
+    metadata.set("tokenizer.ggml.token_type", Value::Array(Array::I32(kinds)));
+    if !merges.is_empty() {
+        metadata.set("tokenizer.ggml.merges", Value::Array(Array::String(merges)));
+    }
+    for (key, field) in [("bos_token_id", "bos"), ("eos_token_id", "eos"), ("pad_token_id", "padding")] {
+        if let Some(id) = config.extra.get(key).and_then(|id| id.as_u64()) {
+            metadata.set(format!("tokenizer.ggml.{field}_token_id"), Value::U32(id as u32));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_interleaved_within_each_head() {
+        // Two heads of four rows: [a0 a1 b0 b1] -> [a0 b0 a1 b1].
+        let weight = Tensor::from_vec((0..8).map(|i| i as f32).collect::<Vec<_>>(), &[8, 1]).unwrap();
+        let permuted = permute_rows(&weight, 2).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(permuted, [0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0]);
+    }
+}
