@@ -318,3 +318,25 @@ fn hostile_files_a_config_larger_than_any_configuration_is_refused_before_it_is_
         other => panic!("expected a refused configuration, got {:?}", other.err()),
     }
 }
+
+#[test]
+fn hostile_files_gguf_metadata_of_millions_of_empty_strings_is_refused_in_little_memory() {
+    // One array of 12 million empty strings: 8 bytes each in the file, far more once read.
+    let count = 12_000_000u64;
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend_from_slice(&3u32.to_le_bytes());
+    bytes.extend_from_slice(&0u64.to_le_bytes());
+    bytes.extend_from_slice(&1u64.to_le_bytes());
+    bytes.extend_from_slice(&(b"a.b".len() as u64).to_le_bytes());
+    bytes.extend_from_slice(b"a.b");
+    bytes.extend_from_slice(&9u32.to_le_bytes());
+    bytes.extend_from_slice(&8u32.to_le_bytes());
+    bytes.extend_from_slice(&count.to_le_bytes());
+    bytes.resize(bytes.len() + count as usize * 8, 0);
+    let dir = scratch();
+    let path = write(dir.path(), "strings.gguf", &bytes);
+    let bounded = run("gguf metadata of empty strings", &["inspect", text(&path)]);
+    bounded.assert_refused(text(&path));
+    assert!(bounded.stderr.contains("its metadata takes"), "{}", bounded.stderr);
+    assert!(bounded.peak_memory < 640 << 20, "{} bytes", bounded.peak_memory);
+}

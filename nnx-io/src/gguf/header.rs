@@ -189,14 +189,15 @@ impl<'a> Cursor<'a> {
             ValueType::F64 => numbers!(F64, f64),
             ValueType::Bool => Array::Bool((0..n).map(|_| self.bool(key)).collect::<Parse<_>>()?),
             ValueType::String => {
-                let mut strings = Vec::with_capacity(n);
+                // Grown as strings are read and counted, never reserved from the count alone.
+                let mut strings = Vec::with_capacity(n.min(1 << 12));
                 for i in 0..n {
                     strings.push(self.string(&|| format!("element {i} of array `{key}`"))?);
                 }
                 Array::String(strings)
             }
             ValueType::Array => {
-                let mut arrays = Vec::with_capacity(n);
+                let mut arrays = Vec::with_capacity(n.min(1 << 12));
                 for _ in 0..n {
                     self.spend(32)?;
                     arrays.push(self.array_value(key, depth + 1)?);
