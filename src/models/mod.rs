@@ -62,6 +62,13 @@ impl Project<crate::Gpu> for QuantizedLinear<crate::Gpu> {
 }
 
 #[cfg(feature = "gpu")]
+impl Project<crate::Gpu> for GgmlLinear<crate::Gpu> {
+    fn project(&self, x: &Tensor<crate::Gpu>) -> crate::Result<Tensor<crate::Gpu>> {
+        self.forward(x)
+    }
+}
+
+#[cfg(feature = "gpu")]
 impl Project<crate::Gpu> for SeedLinear<crate::Gpu> {
     fn project(&self, x: &Tensor<crate::Gpu>) -> crate::Result<Tensor<crate::Gpu>> {
         self.forward(x)

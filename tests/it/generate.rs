@@ -518,5 +518,13 @@ fn a_llama_of_ggml_blocks_decodes_as_the_model_of_its_decoded_weights() {
         let steps = 8;
         let cached = packed.generate(&ids, steps).unwrap();
         assert_eq!(cached, uncached_greedy(&packed, &ids, steps), "{ty} without a cache");
+        // On the GPU the blocks stay packed and are decoded inside its products (in f32, where
+        // the host quantizes activations): the logits agree within the same tolerance.
+        if let Some(gpu) = crate::gpu::gpu() {
+            let placed = packed.place(&gpu).unwrap();
+            let logits = placed.logits(&ids).unwrap().to_vec::<f32>().unwrap();
+            let diff = max_abs_diff(&logits, &theirs, "ggml-block Llama logits on the GPU");
+            assert!(diff <= 0.02 * scale, "{ty} on the GPU: logits differ by {diff} (scale {scale})");
+        }
     }
 }

@@ -9,6 +9,7 @@
 mod attention;
 mod copy;
 mod elementwise;
+mod ggml;
 mod matmul;
 mod norm;
 mod quant;

@@ -7,17 +7,10 @@
 //! sums of its two halves (the way ggml rounds them to Q8_0 / Q8_K, with a finer scale than
 //! Q8_K's one per 256). Each weight block's 32 small integers then meet the activation block's
 //! in an exact integer dot product, and only that sum is scaled by the two blocks' scales in
-//! f32. Offsets and minimums (`q - 8`, `d * q - m`, Q6_K's `- 32`) are applied through the
-//! activation sums instead of per value.
+//! f32. Offsets and minimums (Q4_0's `q - 8`, the minimums of Q4_1 and Q4_K, Q6_K's `q - 32`)
+//! are applied once per block through the activation sums instead of to every value.
 //!
-//! **Tolerance.** Rounding an activation moves it by at most half its block's step, `amax /
-//! 254`, so an output differs from the product with the exact activations by at most
-//! `sum over blocks of amax_b / 254 * sum_{i in b} |w_i|`, plus f32 rounding of the block sums
-//! (about `1e-6 * sum |w_i x_i|` for rows of a few thousand values). The rounding errors of
-//! different values are independent, so in practice the error is near `amax / 254 / sqrt(3)`
-//! times the root of `sum w_i^2` over each block, about 0.1-0.5% of a typical output. Inputs
-//! with a NaN or an infinity make every output NaN; activation blocks whose largest magnitude
-//! is below 2^-121 count as zeros.
+//! The error this brings is documented on [`matvec`].
 //!
 //! Every other type (F32, F16, BF16 and the remaining block types) is decoded one weight row at
 //! a time with [`dequantize_row`](super::dequantize_row) into a scratch row and multiplied in
@@ -53,8 +46,17 @@ const SERIAL_VALUES: usize = 1 << 16;
 /// `y = W x`: `y[r] = sum_c W[r, c] * x[c]` for the `rows x cols` weight `weight`, stored row
 /// by row in blocks of `ty` (each row [`GgmlType::row_bytes`]`(cols)` bytes).
 ///
-/// The block types with integer kernels round `x` to 8 bits per value first: see the module
-/// documentation for the error that brings.
+/// For Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, `x` is first rounded to 8 bits per
+/// value in blocks of 32 (scale `amax / 127` per block, as ggml rounds activations to Q8_0),
+/// and the blocks meet in exact integer dot products. Each rounded value is within half a step,
+/// `amax / 254`, of its value, so an output is within `sum_b amax_b / 254 * sum_{i in b} |w_i|`
+/// of the exact product, plus f32 rounding of the per-block sums (near `1e-6 * sum |w_i x_i|`
+/// for rows of a few thousand values). The roundings are independent, so the typical error is
+/// far below that bound: the root of `sum_b (amax_b / 440)^2 * sum_{i in b} w_i^2`, about 0.3%
+/// of the outputs' magnitude for random weights. A NaN or infinity in `x` makes every output
+/// NaN; a block of `x` whose largest magnitude is below 2^-121 counts as zeros. Other types
+/// (F32, F16, BF16, the other block types) are decoded a row at a time and multiplied in f32
+/// with `x` as given.
 ///
 /// # Errors
 /// [`Error::GgmlRow`] when `cols` is not a whole number of blocks or `weight` is not `rows`
@@ -731,6 +733,59 @@ mod tests {
             result.unwrap();
             let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
             for i in 0..2 {
+                for r in 0..rows {
+                    let (expected, size) =
+                        reference(&decoded[r * cols..(r + 1) * cols], &exact[i * cols..(i + 1) * cols]);
+                    assert!((f64::from(y[i * rows + r]) - expected).abs() <= ROUNDING * size, "{ty} {i}, {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_reference_decoder_agrees_with_dequantize_row() {
+        let mut rng = Rng(0x2468_ace0_1357_9bdf);
+        for ty in KERNEL_TYPES {
+            let cols = 512;
+            let weight = weight(ty, 3, cols, &mut rng);
+            let mut decoded = vec![0f32; 3 * cols];
+            if super::super::dequantize_row(ty, &weight, &mut decoded).is_err() {
+                continue;
+            }
+            for (i, (&found, &(expected, size))) in decoded.iter().zip(&decode_weight(ty, &weight)).enumerate() {
+                assert!(
+                    (f64::from(found) - expected).abs() <= 1e-6 * size,
+                    "{ty} value {i}: {found} against {expected}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn block_types_without_kernels_decode_each_row() {
+        let mut rng = Rng(0x1111_2222_3333_4444);
+        let cols = 512;
+        // Q2_K: f16 `d`, `dmin` at 80 and 82; IQ4_NL: f16 `d` at 0.
+        for (ty, halves) in [(GgmlType::Q2_K, &[80, 82][..]), (GgmlType::IQ4_NL, &[0][..])] {
+            let rows = 5;
+            let mut weight: Vec<u8> = (0..rows * ty.row_bytes(cols).unwrap()).map(|_| rng.byte()).collect();
+            for block in weight.chunks_exact_mut(ty.type_size()) {
+                for &at in halves {
+                    block[at..at + 2].copy_from_slice(&f16::from_f32(rng.unit() * 0.05).to_le_bytes());
+                }
+            }
+            let x = activations(3 * cols, &mut rng);
+            let mut y = vec![0.0; 3 * rows];
+            let result = matmul(ty, &weight, rows, cols, &x, 3, &mut y);
+            let mut decoded = vec![0f32; rows * cols];
+            if super::super::dequantize_row(ty, &weight, &mut decoded).is_err() {
+                assert!(result.is_err(), "{ty}");
+                continue;
+            }
+            result.unwrap();
+            let decoded: Vec<(f64, f64)> = decoded.iter().map(|&v| (f64::from(v), f64::from(v.abs()))).collect();
+            let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+            for i in 0..3 {
                 for r in 0..rows {
                     let (expected, size) =
                         reference(&decoded[r * cols..(r + 1) * cols], &exact[i * cols..(i + 1) * cols]);
