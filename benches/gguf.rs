@@ -1,4 +1,6 @@
-//! GGUF benchmark: products that read ggml's packed blocks directly
+//! GGUF benchmark: opening and importing a GGUF file of about 1 GB against candle 0.11's
+//! `gguf_file` reader on the same file (`benches/candle-peer`, skipped with `--no-peers`), and
+//! products that read ggml's packed blocks directly
 //! (`nnx::quant::ggml::matvec`) against nnx's own f32 product (`Tensor::linear`, which for one
 //! input row streams the weight once) on the same shapes, printed as markdown tables.
 //!
@@ -10,6 +12,8 @@
 
 #[allow(dead_code)]
 mod common;
+#[path = "gguf/open.rs"]
+mod open;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -124,6 +128,9 @@ fn products(shapes: &[(usize, usize)]) {
     }
 }
 
-fn main() {
+fn main() -> nnx::Result<()> {
+    let peers = !std::env::args().any(|arg| arg == "--no-peers");
+    open::run(peers)?;
     products(&SHAPES);
+    Ok(())
 }
