@@ -206,10 +206,14 @@ impl Archive {
             parts.push(part);
         }
         let mut archive = if parts.len() == 1 { parts.pop().expect("one part") } else { Archive::union(parts)? };
-        let metadata = first_metadata.unwrap_or_default();
-        archive.metadata = metadata.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
-        archive.gguf = Some(Arc::new(metadata));
+        archive.set_gguf_metadata(first_metadata.unwrap_or_default());
         Ok(archive)
+    }
+
+    /// Sets the typed metadata of a GGUF file, and its text form as [`Archive::metadata`].
+    pub(crate) fn set_gguf_metadata(&mut self, metadata: crate::gguf::Metadata) {
+        self.metadata = metadata.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
+        self.gguf = Some(Arc::new(metadata));
     }
 
     /// The typed metadata of a GGUF file (every value type, nested arrays); `None` for other

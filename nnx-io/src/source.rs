@@ -80,7 +80,6 @@ pub(crate) trait Source: Send + Sync {
 }
 
 /// Why an entry's bytes could not be had.
-#[cfg_attr(not(feature = "remote"), expect(dead_code, reason = "only files in stores fail to give their bytes"))]
 pub(crate) enum DataError {
     /// The tensor could not be packed; the caller says which entry of which file.
     Tensor(nnx_core::Error),

@@ -456,6 +456,10 @@ fn the_command_line_converts_to_gguf_and_back_with_types_the_gguf_package_reads(
         assert_eq!(f32_bits(&found.to_bytes().unwrap()), f32_bits(&expected.to_bytes().unwrap()), "{name}");
     }
 
+    // diff compares the GGUF file with its decoded copy: equal.
+    let (code, stdout, stderr) = crate::util::run_nnx(&["diff".as_ref(), gguf.as_os_str(), back.as_os_str()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+
     // Requantized from GGUF to GGUF, metadata kept; inspect shows types and bits per weight.
     let requantized = dir.path().join("tiny-q4_0.gguf");
     let (code, _, stderr) = crate::util::run_nnx(&[

@@ -493,3 +493,45 @@ fn a_download_replaces_the_file_whole_and_a_failed_one_leaves_it_untouched() {
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|item| item.unwrap().file_name()).collect();
     assert_eq!(names, ["model.safetensors"], "nothing but the file");
 }
+
+#[test]
+fn a_gguf_file_in_a_store_is_read_with_range_requests() {
+    use nnx::Tensor;
+    use nnx::gguf::{Array, GgmlTensor, GgufWriter, Value};
+    use nnx::quant::ggml::GgmlType;
+    let dir = scratch();
+    let path = dir.path().join("model.gguf");
+    let mut writer = GgufWriter::new();
+    // A vocabulary larger than the first read, so the header takes a second, larger one.
+    let tokens: Vec<String> = (0..400_000).map(|i| format!("token-{i}")).collect();
+    writer.metadata_mut().set("general.architecture", Value::String("llama".into()));
+    writer.metadata_mut().set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+    let weight =
+        Tensor::from_vec((0..2 * 256).map(|i| (i as f32 - 256.0) / 100.0).collect::<Vec<_>>(), &[2, 256]).unwrap();
+    writer.add("blk.0.ffn_up.weight", GgmlTensor::quantize(&weight, GgmlType::Q4_K).unwrap()).unwrap();
+    writer.add_tensor("blk.0.attn_norm.weight", &Tensor::from_vec(vec![1.5f32; 8], &[8]).unwrap()).unwrap();
+    writer.write(&path).unwrap();
+
+    let server = S3Server::start();
+    let options = options(&server.endpoint());
+    nnx::remote::upload(&path, "s3://models/llama/model.gguf", &options).unwrap();
+    let remote = Archive::open_remote("s3://models/llama/model.gguf", &options).unwrap();
+    let local = Archive::open(&path).unwrap();
+    assert_eq!(remote.names().collect::<Vec<_>>(), local.names().collect::<Vec<_>>());
+    assert_eq!(remote.gguf_metadata(), local.gguf_metadata());
+    assert_eq!(remote.ggml_type("blk.0.ffn_up.weight"), Some(GgmlType::Q4_K));
+    for name in local.names() {
+        let info = local.info(name).unwrap();
+        let (ours, theirs) =
+            (remote.float(name, DType::F32, &info.shape).unwrap(), local.float(name, DType::F32, &info.shape).unwrap());
+        assert_eq!(ours.to_bytes().unwrap(), theirs.to_bytes().unwrap(), "{name}");
+        assert_eq!(remote.ggml(name).unwrap().bytes().unwrap(), local.ggml(name).unwrap().bytes().unwrap());
+    }
+    // A damaged file in the store is named by its URL.
+    std::fs::write(&path, b"GGUF\x01\0\0\0").unwrap();
+    nnx::remote::upload(&path, "s3://models/llama/old.gguf", &options).unwrap();
+    match Archive::open_remote("s3://models/llama/old.gguf", &options) {
+        Err(nnx::Error::Gguf { path, .. }) => assert_eq!(path, PathBuf::from("s3://models/llama/old.gguf")),
+        other => panic!("expected a GGUF error, got {other:?}"),
+    }
+}

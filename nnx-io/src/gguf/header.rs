@@ -55,6 +55,8 @@ struct Cursor<'a> {
     bytes: &'a [u8],
     at: usize,
     memory: u64,
+    /// The whole file's length: `bytes` may be only its first part (a file in a store).
+    file_len: u64,
 }
 
 type Parse<T> = std::result::Result<T, GgufProblem>;
@@ -66,7 +68,7 @@ impl<'a> Cursor<'a> {
             return Err(GgufProblem::Truncated {
                 what: what(),
                 needed: (self.at as u64).saturating_add(len),
-                file_len: self.bytes.len() as u64,
+                file_len: self.file_len,
             });
         };
         let slice = &self.bytes[self.at..end as usize];
@@ -159,7 +161,7 @@ impl<'a> Cursor<'a> {
             return Err(GgufProblem::Truncated {
                 what: format!("array `{key}` of {count} {}", ty.name()),
                 needed,
-                file_len: self.bytes.len() as u64,
+                file_len: self.file_len,
             });
         }
         let n = count as usize;
@@ -208,12 +210,14 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Reads and checks the header of the GGUF file whose bytes are `bytes`.
+/// Reads and checks the header of a GGUF file of `file_len` bytes whose first bytes (all of
+/// them, for a mapped file) are `bytes`.
 ///
 /// # Errors
-/// The [`GgufProblem`] of the first check that fails.
-pub(crate) fn parse(bytes: &[u8]) -> Parse<Header> {
-    let mut cursor = Cursor { bytes, at: 0, memory: 0 };
+/// The [`GgufProblem`] of the first check that fails; [`GgufProblem::Truncated`] with a
+/// `needed` offset within the file when `bytes` end before the header does.
+pub(crate) fn parse(bytes: &[u8], file_len: u64) -> Parse<Header> {
+    let mut cursor = Cursor { bytes, at: 0, memory: 0, file_len };
     let magic = cursor.take(4, &|| "the magic".into()).map_err(|_| GgufProblem::Magic { found: bytes.to_vec() })?;
     if magic != MAGIC {
         return Err(GgufProblem::Magic { found: magic.to_vec() });
@@ -225,7 +229,6 @@ pub(crate) fn parse(bytes: &[u8]) -> Parse<Header> {
     if !(2..=3).contains(&version) {
         return Err(GgufProblem::Version { version });
     }
-    let file_len = bytes.len() as u64;
     let n_tensors = cursor.u64(&|| "the tensor count".into())?;
     let n_kv = cursor.u64(&|| "the metadata count".into())?;
     // The smallest metadata entry takes 13 bytes (empty key, type, one byte), the smallest

@@ -9,6 +9,8 @@
 
 mod header;
 mod mixture;
+#[cfg(feature = "remote")]
+pub(crate) mod remote;
 mod value;
 mod write;
 
@@ -160,7 +162,7 @@ impl GgufFile {
         }
         let mapping = Arc::new(Mapping::new(&file, path)?);
         let header =
-            header::parse(mapping.bytes()).map_err(|problem| Error::Gguf { path: path.to_path_buf(), problem })?;
+            header::parse(mapping.bytes(), len).map_err(|problem| Error::Gguf { path: path.to_path_buf(), problem })?;
         let dtypes = header.tensors.iter().map(|info| plain_dtype(info.ty).unwrap_or(DType::F32)).collect();
         Ok(Arc::new(GgufFile { path: path.to_path_buf(), mapping, header, dtypes }))
     }

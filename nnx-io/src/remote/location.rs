@@ -227,6 +227,9 @@ fn open_object(client: Arc<Client>, path: ObjectPath) -> Result<Archive> {
         }
         return Archive::from_remote_index(&index, files);
     }
+    if name.ends_with(".gguf") {
+        return Ok(crate::gguf::remote::RemoteGguf::open(client, path)?.archive());
+    }
     if format::has_torch_name(&name) {
         return Err(bad(&url, RemoteProblem::NotSafeTensors));
     }

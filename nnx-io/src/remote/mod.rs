@@ -247,6 +247,16 @@ impl Client {
         })
     }
 
+    /// [`Client::get_range`], run to completion.
+    pub(crate) fn range_blocking(
+        &self,
+        path: &ObjectPath,
+        range: Range<u64>,
+        to_end: bool,
+    ) -> Result<(Bytes, ObjectMeta)> {
+        self.block_on(self.get_range(path, range, to_end))
+    }
+
     /// Whether an object exists at `path` (a `HEAD` request).
     pub(crate) fn exists(&self, path: &ObjectPath) -> Result<bool> {
         let url = self.url(path);
