@@ -26,6 +26,10 @@
 //! ```
 
 mod cache;
+#[cfg(feature = "text")]
+mod chat;
+#[cfg(feature = "text")]
+mod gguf_tokenizer;
 mod sample;
 #[cfg(feature = "text")]
 mod text;
@@ -34,6 +38,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub use cache::KvCache;
+#[cfg(feature = "text")]
+pub use chat::{ChatTemplate, Message};
 #[cfg(feature = "text")]
 pub use text::{TextStream, Tokenizer};
 

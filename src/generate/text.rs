@@ -32,6 +32,34 @@ impl Tokenizer {
         Ok(Tokenizer { inner, path })
     }
 
+    /// The tokenizer a GGUF file's `tokenizer.ggml.*` metadata describes, built to give the ids
+    /// llama.cpp gives for the same text (control tokens written in the text are matched):
+    /// `gpt2` vocabularies as byte-level BPE split by the regular expressions
+    /// `tokenizer.ggml.pre` names, `llama` ones as SentencePiece merged by score with byte
+    /// fallback. `origin` is the file, which errors name.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use std::path::Path;
+    /// use nnx::generate::Tokenizer;
+    /// let path = Path::new("model.gguf");
+    /// let archive = nnx::Archive::open(path)?;
+    /// let metadata = archive.gguf_metadata().expect("a GGUF file");
+    /// let tokenizer = Tokenizer::from_gguf(metadata, path)?;
+    /// let ids = tokenizer.encode("Once upon a time")?;
+    /// # Ok::<(), nnx::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] naming the key at fault: no `tokenizer.ggml.model` or `tokens`, a
+    /// model other than `gpt2` and `llama`, a `tokenizer.ggml.pre` nnx does not know (the
+    /// message lists those it knows), values of the wrong type, or a BOS/EOS token to add that
+    /// no id names.
+    pub fn from_gguf(metadata: &crate::gguf::Metadata, origin: &Path) -> Result<Tokenizer> {
+        let inner = super::gguf_tokenizer::tokenizer_from_gguf(metadata, origin)?;
+        Ok(Tokenizer { inner, path: origin.to_path_buf() })
+    }
+
     /// The token ids of `text`, with the special tokens the tokenizer adds (such as a
     /// beginning-of-sequence token).
     ///

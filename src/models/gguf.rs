@@ -196,9 +196,13 @@ fn tokenizer_metadata(path: &Path, config: &LlamaConfig, export: &mut GgufExport
     metadata.set("tokenizer.ggml.pre", Value::String("default".into()));
     metadata.set("tokenizer.ggml.tokens", Value::Array(Array::String(names)));
     metadata.set("tokenizer.ggml.token_type", Value::Array(Array::I32(kinds)));
-    if !merges.is_empty() {
-        metadata.set("tokenizer.ggml.merges", Value::Array(Array::String(merges)));
-    }
+    // llama.cpp requires the key for byte-level BPE even when there are no merges.
+    metadata.set("tokenizer.ggml.merges", Value::Array(Array::String(merges)));
+    // Whether encoding adds BOS or EOS, as the post-processor's single-sequence template says.
+    let single = json["post_processor"]["single"].as_array().cloned().unwrap_or_default();
+    let special = |item: Option<&serde_json::Value>| item.is_some_and(|item| item.get("SpecialToken").is_some());
+    metadata.set("tokenizer.ggml.add_bos_token", Value::Bool(special(single.first())));
+    metadata.set("tokenizer.ggml.add_eos_token", Value::Bool(single.len() > 1 && special(single.last())));
     for (key, field) in [("bos_token_id", "bos"), ("eos_token_id", "eos"), ("pad_token_id", "padding")] {
         if let Some(id) = config.extra.get(key).and_then(|id| id.as_u64()) {
             metadata.set(format!("tokenizer.ggml.{field}_token_id"), Value::U32(id as u32));

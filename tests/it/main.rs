@@ -1,11 +1,13 @@
 //! Integration tests of the public API, one module per capability.
 
 mod archive;
+mod chat;
 mod cli;
 mod convert;
 mod crash;
 mod generate;
 mod gguf;
+mod gguf_tokenizer;
 mod gpu;
 mod gpu_quant;
 mod gpu_zero_copy;

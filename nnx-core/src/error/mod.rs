@@ -653,6 +653,21 @@ pub enum Error {
         /// The weight's name (its module path).
         name: String,
     },
+    /// A chat template that cannot be read, compiled or rendered, or that refused the
+    /// conversation (its `raise_exception`).
+    #[error("the chat template of {origin}{} {failure}: {message}; {remedy}", line.map(|line| format!(" (line {line})")).unwrap_or_default())]
+    Template {
+        /// Where the template came from (a file, a GGUF key).
+        origin: String,
+        /// The template's line at fault, when known.
+        line: Option<usize>,
+        /// What went wrong: `does not compile`, `refused the conversation`, ...
+        failure: &'static str,
+        /// The engine's message, or the template's own (control characters escaped).
+        message: String,
+        /// What to do about it.
+        remedy: &'static str,
+    },
 }
 
 /// Why tensors cannot be concatenated, for [`Error::Concat`].
