@@ -37,15 +37,19 @@ pub struct Args {
     /// since a file of a few bytes can describe gigabytes that way.
     #[arg(long)]
     allow_expansion: bool,
-    /// For a `.gguf` output: the ggml type of every tensor that may be quantized (`q4_0`,
-    /// `q4_k`, `iq4_nl`, `f16`, ...) or one of llama.cpp's mixtures (`q4_k_m`, `q4_k_s`,
-    /// `q5_k_m`, `q6_k`, `q8_0`, ...). Norms and 1-D tensors keep their type.
+    /// For a `.gguf` output: a type as `llama-quantize` takes it (`q4_k_m`, `q4_k_s`, `q5_k_m`,
+    /// `q6_k`, `q8_0`, `q4_0`, `iq4_xs`, ...: the type with llama.cpp's per-tensor choices), or
+    /// `f16`, `bf16`, `f32`, `mxfp4` for every tensor. Norms and 1-D tensors keep their type.
     #[arg(long = "type", value_name = "TYPE|MIXTURE", value_parser = crate::to_gguf::parse_recipe)]
     ty: Option<nnx::gguf::Recipe>,
     /// For a `.gguf` output: give the tensors whose names match the regular expression
     /// PATTERN this type instead (repeatable; the first match wins).
     #[arg(long = "tensor-type", value_name = "PATTERN=TYPE", value_parser = crate::to_gguf::parse_override)]
     tensor_types: Vec<(String, nnx::quant::ggml::GgmlType)>,
+    /// For a `.gguf` output: the `--type`'s type for every tensor that may be quantized, without
+    /// llama.cpp's choices for the output, `attn_v` and `ffn_down` (llama-quantize's `--pure`).
+    #[arg(long)]
+    pure: bool,
 }
 
 /// What the flags of `convert` ask for.
@@ -144,13 +148,14 @@ pub fn run(args: Args) -> Result<String, CliError> {
         allow_expansion: args.allow_expansion,
     };
     let gguf = args.output.extension().is_some_and(|ext| ext == "gguf");
-    if !gguf && (args.ty.is_some() || !args.tensor_types.is_empty()) {
+    if !gguf && (args.ty.is_some() || !args.tensor_types.is_empty() || args.pure) {
         return Err(CliError(format!(
-            "`--type` and `--tensor-type` choose ggml types: name a `.gguf` output instead of `{}`",
+            "`--type`, `--tensor-type` and `--pure` choose ggml types: name a `.gguf` output instead of `{}`",
             args.output.display()
         )));
     }
     let recipe = args.ty.unwrap_or(nnx::gguf::Recipe::Pure(nnx::quant::ggml::GgmlType::F16));
+    let recipe = if args.pure { recipe.pure() } else { recipe };
     if gguf
         && let Some(summary) = crate::to_gguf::convert_folder(&args.input, &args.output, recipe, &args.tensor_types)?
     {

@@ -69,7 +69,10 @@ fn write(
     recipe: Recipe,
     overrides: &[(String, GgmlType)],
 ) -> Result<String, CliError> {
-    let names: Vec<&str> = archive.names().collect();
+    // llama-quantize's order: tensors outside the layers first, then layer by layer, each
+    // group by name. Its per-layer choices count tensors in this order.
+    let mut names: Vec<&str> = archive.names().collect();
+    names.sort_by_key(|name| (layer_of(name), *name));
     let overrides: Vec<(&str, GgmlType)> = overrides.iter().map(|(pattern, ty)| (pattern.as_str(), *ty)).collect();
     let mut plan = TypePlan::new(recipe, &metadata, &names, &overrides)?;
     // The plan walks tensors in file order, as llama.cpp's counters do; the work runs in
@@ -140,4 +143,9 @@ fn write(
         output.display(),
         counts.join(", ")
     ))
+}
+
+/// The layer of a `blk.N.` tensor; -1 for the others, which llama.cpp orders first.
+fn layer_of(name: &str) -> i64 {
+    name.strip_prefix("blk.").and_then(|rest| rest.split('.').next()?.parse().ok()).unwrap_or(-1)
 }

@@ -567,3 +567,92 @@ fn a_transformers_llama_converts_as_llama_cpps_converter_writes_it() {
     assert!(archive.contains("blk.1.ffn_gate.weight") && archive.contains("output_norm.weight"));
     assert_eq!(archive.gguf_metadata().unwrap().u64("llama.block_count"), Some(2));
 }
+
+/// The tensors of the Llama in `tests/fixtures/gguf/llamacpp/mixtures.json`: names and shapes
+/// in the order of llama.cpp's converter, values from the integer formula of
+/// `scripts/llamacpp/mixture_goldens.py`.
+fn formula_llama() -> GgufWriter {
+    let (layers, width, mlp, heads, kv_heads, head_dim, vocab) =
+        (8usize, 256usize, 512usize, 4usize, 2usize, 64usize, 256usize);
+    let mut shapes: Vec<(String, Vec<usize>)> = vec![("token_embd.weight".into(), vec![vocab, width])];
+    for i in 0..layers {
+        for (part, shape) in [
+            ("attn_norm", vec![width]),
+            ("ffn_down", vec![width, mlp]),
+            ("ffn_gate", vec![mlp, width]),
+            ("ffn_up", vec![mlp, width]),
+            ("ffn_norm", vec![width]),
+            ("attn_k", vec![kv_heads * head_dim, width]),
+            ("attn_output", vec![width, heads * head_dim]),
+            ("attn_q", vec![heads * head_dim, width]),
+            ("attn_v", vec![kv_heads * head_dim, width]),
+        ] {
+            shapes.push((format!("blk.{i}.{part}.weight"), shape));
+        }
+    }
+    shapes.push(("output_norm.weight".into(), vec![width]));
+    shapes.push(("output.weight".into(), vec![vocab, width]));
+    let mut writer = GgufWriter::new();
+    let metadata = writer.metadata_mut();
+    metadata.set("general.architecture", Value::String("llama".into()));
+    for (key, value) in [
+        ("llama.block_count", layers),
+        ("llama.embedding_length", width),
+        ("llama.feed_forward_length", mlp),
+        ("llama.attention.head_count", heads),
+        ("llama.attention.head_count_kv", kv_heads),
+    ] {
+        metadata.set(key, Value::U32(value as u32));
+    }
+    for (index, (name, shape)) in shapes.iter().enumerate() {
+        let count: usize = shape.iter().product();
+        let values: Vec<f32> = (0..count as u64)
+            .map(|i| {
+                let h = (i.wrapping_mul(2_654_435_761).wrapping_add(index as u64 * 40503 + 12345)) & 0xFFFF_FFFF;
+                (((h % 20001) as i64 - 10000) as f64 / 100000.0) as f32
+            })
+            .collect();
+        writer.add_tensor(name.as_str(), &Tensor::from_vec(values, shape).unwrap()).unwrap();
+    }
+    writer
+}
+
+fn fnv1a(bytes: &[u8]) -> String {
+    let hash = bytes.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3));
+    format!("{hash:016x}")
+}
+
+#[test]
+fn every_mixture_is_what_llama_quantize_writes_byte_for_byte() {
+    let goldens: Json = serde_json::from_str(
+        &std::fs::read_to_string(crate::util::fixtures().join("gguf/llamacpp/mixtures.json")).unwrap(),
+    )
+    .unwrap();
+    let dir = scratch();
+    let input = dir.path().join("f32.gguf");
+    formula_llama().write(&input).unwrap();
+    for (mixture, expected) in goldens["mixtures"].as_object().unwrap() {
+        let output = dir.path().join(format!("{mixture}.gguf"));
+        let (code, _, stderr) = crate::util::run_nnx(&[
+            "convert".as_ref(),
+            input.as_os_str(),
+            output.as_os_str(),
+            "--type".as_ref(),
+            mixture.as_ref(),
+        ]);
+        assert_eq!(code, 0, "{mixture}: {stderr}");
+        let archive = Archive::open(&output).unwrap();
+        let found: Vec<(String, String, String)> = archive
+            .names()
+            .map(|name| {
+                let packed = archive.ggml(name).unwrap();
+                (name.to_string(), packed.ty.name().to_string(), fnv1a(&packed.bytes().unwrap()))
+            })
+            .collect();
+        let expected: Vec<(String, String, String)> = serde_json::from_value(expected.clone()).unwrap();
+        for (ours, theirs) in found.iter().zip(&expected) {
+            assert_eq!(ours, theirs, "{mixture}: tensor (name, type, bytes) differs from llama-quantize's");
+        }
+        assert_eq!(found.len(), expected.len(), "{mixture}");
+    }
+}

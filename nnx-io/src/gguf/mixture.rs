@@ -17,10 +17,23 @@ pub enum Recipe {
     Mixture(Mixture),
 }
 
-/// llama.cpp's mixtures (`LLAMA_FTYPE_MOSTLY_*`) that need no importance matrix.
+/// llama.cpp's mixtures (`LLAMA_FTYPE_MOSTLY_*`, what `llama-quantize TYPE` writes) that need no
+/// importance matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
 pub enum Mixture {
+    /// Q4_0, with Q6_K for the output.
+    Q4_0,
+    /// Q4_1, with Q6_K for the output.
+    Q4_1,
+    /// Q5_0, with Q6_K for the output.
+    Q5_0,
+    /// Q5_1, with Q6_K for the output.
+    Q5_1,
+    /// TQ1_0, with Q4_K for the token embedding and Q6_K for the output.
+    TQ1_0,
+    /// TQ2_0, with Q4_K for the token embedding and Q6_K for the output.
+    TQ2_0,
     /// Q2_K, with Q3_K/Q4_K where llama.cpp bumps it.
     Q2_K,
     /// Q3_K small.
@@ -48,6 +61,12 @@ pub enum Mixture {
 }
 
 const MIXTURES: &[(&str, Mixture, GgmlType, u32)] = &[
+    ("q4_0", Mixture::Q4_0, GgmlType::Q4_0, 2),
+    ("q4_1", Mixture::Q4_1, GgmlType::Q4_1, 3),
+    ("q5_0", Mixture::Q5_0, GgmlType::Q5_0, 8),
+    ("q5_1", Mixture::Q5_1, GgmlType::Q5_1, 9),
+    ("tq1_0", Mixture::TQ1_0, GgmlType::TQ1_0, 36),
+    ("tq2_0", Mixture::TQ2_0, GgmlType::TQ2_0, 37),
     ("q2_k", Mixture::Q2_K, GgmlType::Q2_K, 10),
     ("q3_k_s", Mixture::Q3_K_S, GgmlType::Q3_K, 11),
     ("q3_k_m", Mixture::Q3_K_M, GgmlType::Q3_K, 12),
@@ -78,31 +97,37 @@ impl Mixture {
     }
 }
 
+/// llama-quantize's short names for the medium K mixtures.
+const ALIASES: &[(&str, Mixture)] = &[("q3_k", Mixture::Q3_K_M), ("q4_k", Mixture::Q4_K_M), ("q5_k", Mixture::Q5_K_M)];
+
 impl Recipe {
-    /// Parses a `--type` value: a mixture name (`q4_k_m`), or a ggml type that nnx quantizes
-    /// to (`q4_0`, `q4_k`, `iq4_nl`, `f16`). `q6_k` and `q8_0` are the same either way.
+    /// Parses a `--type` value as `llama-quantize` reads its type: a mixture by llama.cpp's
+    /// name (`q4_k_m`, `q4_0`, `iq4_xs`; `q4_k` is `q4_k_m`), else a ggml type nnx quantizes
+    /// to for every tensor (`f16`, `bf16`, `f32`, `mxfp4`).
     pub fn parse(text: &str) -> Option<Recipe> {
         let lower = text.to_ascii_lowercase();
-        if let Some(row) =
-            MIXTURES.iter().find(|row| row.0 == lower && !matches!(row.1, Mixture::IQ4_NL | Mixture::IQ4_XS))
-        {
-            return Some(Recipe::Mixture(row.1));
+        let mut named = MIXTURES.iter().map(|row| (row.0, row.1)).chain(ALIASES.iter().copied());
+        if let Some((_, mixture)) = named.find(|(name, _)| *name == lower) {
+            return Some(Recipe::Mixture(mixture));
         }
         GgmlType::from_name(&lower).filter(|&ty| nnx_core::quant::ggml::can_quantize(ty)).map(Recipe::Pure)
     }
 
+    /// The same type for every tensor that may be quantized, without the mixture's choices
+    /// (llama-quantize's `--pure`).
+    pub fn pure(self) -> Recipe {
+        Recipe::Pure(self.base())
+    }
+
     /// Every name [`Recipe::parse`] takes, for messages.
     pub fn names() -> String {
+        let mixtures: Vec<&str> = MIXTURES.iter().map(|row| row.0).chain(ALIASES.iter().map(|row| row.0)).collect();
         let types: Vec<String> = GgmlType::all()
             .filter(|&ty| nnx_core::quant::ggml::can_quantize(ty))
             .map(|ty| ty.name().to_lowercase())
+            .filter(|name| !mixtures.contains(&name.as_str()))
             .collect();
-        let mixtures: Vec<&str> = MIXTURES
-            .iter()
-            .filter(|row| !matches!(row.1, Mixture::IQ4_NL | Mixture::IQ4_XS))
-            .map(|row| row.0)
-            .collect();
-        format!("types {}; mixtures {}", types.join(" "), mixtures.join(" "))
+        format!("mixtures {}; types {}", mixtures.join(" "), types.join(" "))
     }
 
     /// The `general.file_type` (llama.cpp's `LlamaFileType`) a file made this way declares.
@@ -133,7 +158,8 @@ impl Recipe {
         }
     }
 
-    fn base(self) -> GgmlType {
+    /// The type of the tensors the recipe does not single out.
+    pub fn base(self) -> GgmlType {
         match self {
             Recipe::Pure(ty) => ty,
             Recipe::Mixture(mixture) => mixture.base(),
@@ -331,6 +357,7 @@ impl TypePlan {
                     ty = T::Q6_K;
                 }
             }
+            Role::TokenEmbedding if matches!(mixture, M::TQ1_0 | M::TQ2_0) => ty = T::Q4_K,
             Role::TokenEmbedding => {}
             Role::AttnV | Role::AttnQkv | Role::AttnKvB => {
                 let (i, n) = (self.attn_v_seen, self.attn_v_total);
@@ -495,7 +522,7 @@ mod tests {
         let (metadata, names) = llama(2, 8, 8);
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let overrides = [(r"attn_(q|k)\.weight", GgmlType::Q8_0)];
-        let mut plan = TypePlan::new(Recipe::parse("q4_0").unwrap(), &metadata, &refs, &overrides).unwrap();
+        let mut plan = TypePlan::new(Recipe::parse("q4_0").unwrap().pure(), &metadata, &refs, &overrides).unwrap();
         assert!(matches!(
             TypePlan::new(Recipe::parse("q4_0").unwrap(), &metadata, &refs, &[("(", GgmlType::Q8_0)]),
             Err(Error::Pattern { .. })
@@ -506,7 +533,9 @@ mod tests {
         assert_eq!(plan.next("output.weight", &[64, 64], GgmlType::F32), GgmlType::Q4_0);
         assert_eq!(plan.next("blk.0.attn_norm.weight", &[64], GgmlType::F32), GgmlType::F32);
         assert_eq!(Recipe::parse("Q4_K_M"), Some(Recipe::Mixture(Mixture::Q4_K_M)));
-        assert_eq!(Recipe::parse("q4_k"), Some(Recipe::Pure(GgmlType::Q4_K)));
+        assert_eq!(Recipe::parse("q4_k"), Some(Recipe::Mixture(Mixture::Q4_K_M)), "llama-quantize's alias");
+        assert_eq!(Recipe::parse("q4_k").unwrap().pure(), Recipe::Pure(GgmlType::Q4_K));
+        assert_eq!(Recipe::parse("mxfp4"), Some(Recipe::Pure(GgmlType::MXFP4)));
         assert_eq!(Recipe::parse("iq2_xxs"), None, "types that need an importance matrix are not offered");
         assert_eq!(Recipe::parse("q4_k_m").unwrap().file_type(), 15);
     }
