@@ -10,6 +10,7 @@ mod download;
 mod inspect;
 mod quantize;
 mod to_gguf;
+mod tokenize;
 
 use std::process::ExitCode;
 
@@ -30,7 +31,7 @@ enum Command {
     /// List entries (name, dtype, shape, bytes, offsets), metadata and totals.
     ///
     /// Every input path may also be a Hub path, `hf://org/name[@revision][/file]`: SafeTensors
-    /// weights are read in place with range requests (`inspect`, `diff`, `convert`); other
+    /// and GGUF weights are read in place with range requests (`inspect`, `diff`, `convert`); other
     /// formats, and every Hub path when offline, come from the shared Hugging Face cache.
     Inspect(inspect::Args),
     /// Quantize 2-D float weights (MLX affine Q4/Q8 or SeedLM SEED4/SEED4P4); other entries are
@@ -39,7 +40,8 @@ enum Command {
     /// Decode every quantized weight (affine, SEED4, SEED4P4) back to a float `NAME.weight`;
     /// other entries are copied.
     Dequantize(dequantize::Args),
-    /// Convert a PyTorch checkpoint or SafeTensors weights to SafeTensors, keeping the metadata.
+    /// Convert PyTorch, SafeTensors or GGUF weights to SafeTensors, or to GGUF with llama.cpp's
+    /// types and mixtures (`--type q4_k_m`), keeping the metadata.
     Convert(convert::Args),
     /// Compare the tensors of two checkpoints of any format: names only in one, dtype or shape
     /// differences, and the largest difference and the count of differing elements of the
@@ -49,6 +51,9 @@ enum Command {
     /// `HF_HOME`, `HF_ENDPOINT`, `HF_TOKEN` and `HF_HUB_OFFLINE` as for `huggingface_hub`) and
     /// print its snapshot folder as the last line.
     Download(download::Args),
+    /// Print the token ids of a text as a JSON array, as the model's tokenizer (a GGUF file's,
+    /// or a folder's `tokenizer.json`) gives them, with the BOS it adds.
+    Tokenize(tokenize::Args),
 }
 
 /// Prints `error` as the one `error:` line: its lines joined, and every control character
@@ -86,6 +91,7 @@ fn main() -> ExitCode {
         Command::Dequantize(args) => dequantize::run(args),
         Command::Download(args) => download::run(args),
         Command::Convert(args) => convert::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
         Command::Diff(args) => {
             return match diff::run(args) {
                 Ok((text, equal)) => {

@@ -492,3 +492,75 @@ fn every_known_pre_tokenizer_builds() {
         }
     }
 }
+
+/// The ids of llama.cpp's own tokenizer (`llama-tokenize`), committed as goldens by
+/// `scripts/llamacpp/tokenizer_goldens.py`: the gpt2-tiny vocabulary under four
+/// `tokenizer.ggml.pre` values, on texts with whitespace runs, digits, contractions, non-ASCII
+/// and special tokens written in the text.
+#[test]
+fn ids_equal_llama_cpps_tokenizer_on_its_goldens() {
+    let goldens: Json =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("gguf/llamacpp/tokenizer.json")).unwrap())
+            .unwrap();
+    let tokenizer: Json =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("gpt2-tiny/tokenizer.json")).unwrap()).unwrap();
+    let vocab = tokenizer["model"]["vocab"].as_object().unwrap();
+    let mut tokens = vec![String::new(); vocab.len()];
+    for (token, id) in vocab {
+        tokens[id.as_u64().unwrap() as usize] = token.clone();
+    }
+    let mut types = vec![1i32; tokens.len()];
+    for added in tokenizer["added_tokens"].as_array().unwrap() {
+        types[added["id"].as_u64().unwrap() as usize] = 3;
+    }
+    let merges: Vec<String> = tokenizer["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|merge| match merge {
+            Json::String(text) => text.clone(),
+            pair => format!("{} {}", pair[0].as_str().unwrap(), pair[1].as_str().unwrap()),
+        })
+        .collect();
+    let mut checked = 0;
+    for (pre, cases) in goldens["cases"].as_object().unwrap() {
+        let mut metadata = Metadata::new();
+        metadata.set("general.architecture", Value::String("llama".into()));
+        metadata.set("tokenizer.ggml.model", Value::String("gpt2".into()));
+        metadata.set("tokenizer.ggml.pre", Value::String(pre.clone()));
+        metadata.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens.clone())));
+        metadata.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types.clone())));
+        metadata.set("tokenizer.ggml.merges", Value::Array(Array::String(merges.clone())));
+        metadata.set("tokenizer.ggml.bos_token_id", Value::U32(0));
+        metadata.set("tokenizer.ggml.eos_token_id", Value::U32(0));
+        let tokenizer = Tokenizer::from_gguf(&metadata, Path::new("goldens.gguf")).unwrap();
+        for case in cases.as_array().unwrap() {
+            let text = case[0].as_str().unwrap();
+            let expected: Vec<u32> = serde_json::from_value(case[1].clone()).unwrap();
+            assert_eq!(tokenizer.encode(text).unwrap(), expected, "pre `{pre}`, text {text:?}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 48);
+}
+
+#[test]
+fn the_command_line_tokenizes_with_a_gguf_files_tokenizer_as_with_the_folders() {
+    let dir = scratch();
+    let folder = fixtures().join("llama-tiny");
+    let gguf = dir.path().join("llama-tiny.gguf");
+    let (code, _, stderr) = run_nnx(&["convert".as_ref(), folder.as_os_str(), gguf.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    let generation: Json =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("generation.json")).unwrap()).unwrap();
+    let prompt = generation["prompt"].as_str().unwrap();
+    for model in [gguf.as_os_str(), folder.as_os_str()] {
+        let (code, stdout, stderr) = run_nnx(&["tokenize".as_ref(), model, prompt.as_ref()]);
+        assert_eq!(code, 0, "{stderr}");
+        let ids: Json = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(ids, generation["prompt_ids"], "the ids transformers gives, with its BOS");
+    }
+    let (code, _, stderr) = run_nnx(&["tokenize".as_ref(), folder.join("model.safetensors").as_os_str(), "x".as_ref()]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("not a GGUF file or a model folder"), "{stderr}");
+}
