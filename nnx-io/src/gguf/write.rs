@@ -21,7 +21,8 @@ pub fn shard_file_name(base: &str, n: usize, total: usize) -> String {
 ///
 /// ```
 /// use nnx_core::Tensor;
-/// /// use nnx_io::gguf::{GgmlTensor, GgufWriter, Value};
+/// use nnx_core::quant::ggml::GgmlType;
+/// use nnx_io::gguf::{GgmlTensor, GgufWriter, Value};
 ///
 /// let dir = std::env::temp_dir().join(format!("nnx-doc-gguf-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir)?;
