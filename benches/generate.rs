@@ -22,7 +22,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use nnx::generate::{GenerationConfig, Generator};
 use nnx::models::CausalLm;
@@ -126,30 +125,17 @@ fn median(mut rates: Vec<f64>) -> f64 {
 
 /// candle-transformers, in `benches/candle-peer` (built in release mode on first use).
 fn candle_side(folder: &Path, dtype: DType, prompt: &[u32]) -> Result<Measured, String> {
-    let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches").join("candle-peer");
-    let target = std::env::var_os("NNX_CANDLE_PEER_TARGET").map_or_else(|| package.join("target"), PathBuf::from);
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
     eprintln!("running the candle peer with {dtype:?} weights (its first build takes minutes)");
-    let output = Command::new(cargo)
-        .args(["run", "--release", "--quiet", "--manifest-path"])
-        .arg(package.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(target)
-        .args(["--", "llama"])
-        .arg(folder)
-        .arg(format!("{dtype:?}").to_lowercase())
-        .arg(ids.join(","))
-        .arg(NEW_TOKENS.to_string())
-        .arg(RUNS.to_string())
-        .output()
-        .map_err(|error| format!("cargo did not start: {error}"))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("no message").to_string());
-    }
-    let result: serde_json::Value =
-        serde_json::from_slice(&output.stdout).map_err(|error| format!("printed no result ({error})"))?;
+    let args = [
+        "llama".into(),
+        folder.into(),
+        format!("{dtype:?}").to_lowercase().into(),
+        ids.join(",").into(),
+        NEW_TOKENS.to_string().into(),
+        RUNS.to_string().into(),
+    ];
+    let result = common::candle_peer(&args)?;
     let number = |key: &str| result[key].as_f64().ok_or_else(|| format!("no `{key}` in its result"));
     Ok(Measured {
         threads: number("threads")? as usize,

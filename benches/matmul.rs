@@ -7,6 +7,7 @@
 //! reason is printed. Both sides print their thread counts (numpy's through `threadpoolctl`
 //! when installed).
 
+#[allow(dead_code)]
 mod common;
 
 use std::hint::black_box;

@@ -8,6 +8,7 @@
 //! MLX has no counterpart of. Every step runs once as a warm-up and reports the median of the
 //! timed runs that follow.
 
+#[allow(dead_code)]
 mod common;
 
 use std::hint::black_box;

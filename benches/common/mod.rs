@@ -24,3 +24,26 @@ pub fn python() -> PathBuf {
 pub fn rayon_threads() -> usize {
     rayon::current_num_threads()
 }
+
+/// Runs the candle peer (`benches/candle-peer`, its own package, built in release mode on
+/// first use into its `target` folder or `NNX_CANDLE_PEER_TARGET`) with `args`, and parses the
+/// one JSON object it prints; an error is its last line of stderr.
+pub fn candle_peer(args: &[std::ffi::OsString]) -> Result<serde_json::Value, String> {
+    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches").join("candle-peer");
+    let target = std::env::var_os("NNX_CANDLE_PEER_TARGET").map_or_else(|| package.join("target"), PathBuf::from);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args(["run", "--release", "--quiet", "--manifest-path"])
+        .arg(package.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target)
+        .arg("--")
+        .args(args)
+        .output()
+        .map_err(|error| format!("cargo did not start: {error}"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("no message").to_string());
+    }
+    serde_json::from_slice(&output.stdout).map_err(|error| format!("printed no result ({error})"))
+}

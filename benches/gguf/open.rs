@@ -2,7 +2,6 @@
 //! Q6_K output), nnx against candle's `gguf_file` reader on the same file in the same run.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 use nnx::gguf::{GgmlTensor, GgufWriter, Value};
@@ -89,26 +88,8 @@ fn median(mut times: Vec<f64>) -> f64 {
 /// candle 0.11 in `benches/candle-peer` (built in release mode on first use): open and import
 /// medians in milliseconds.
 fn candle(path: &Path) -> Result<(f64, f64), String> {
-    let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches").join("candle-peer");
-    let target = std::env::var_os("NNX_CANDLE_PEER_TARGET").map_or_else(|| package.join("target"), PathBuf::from);
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("running the candle peer (its first build takes minutes)");
-    let output = Command::new(cargo)
-        .args(["run", "--release", "--quiet", "--manifest-path"])
-        .arg(package.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(target)
-        .args(["--", "gguf"])
-        .arg(path)
-        .arg(RUNS.to_string())
-        .output()
-        .map_err(|error| format!("cargo did not start: {error}"))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("no message").to_string());
-    }
-    let result: serde_json::Value =
-        serde_json::from_slice(&output.stdout).map_err(|error| format!("printed no result ({error})"))?;
+    let result = crate::common::candle_peer(&["gguf".into(), path.into(), RUNS.to_string().into()])?;
     let number = |key: &str| result[key].as_f64().ok_or_else(|| format!("no `{key}` in its result"));
     Ok((number("open_ms")?, number("import_ms")?))
 }
