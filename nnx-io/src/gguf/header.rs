@@ -42,6 +42,13 @@ pub struct TensorInfo {
     pub bytes: u64,
 }
 
+impl TensorInfo {
+    /// The dtype the tensor is read as: its own for plain types, f32 (decoded) for blocks.
+    pub fn dtype(&self) -> nnx_core::DType {
+        super::plain_dtype(self.ty).unwrap_or(nnx_core::DType::F32)
+    }
+}
+
 /// A parsed, checked header.
 #[derive(Debug, Clone)]
 pub(crate) struct Header {
@@ -49,6 +56,26 @@ pub(crate) struct Header {
     pub(crate) tensors: Vec<TensorInfo>,
     /// File offset of the data section.
     pub(crate) data_start: u64,
+}
+
+impl Header {
+    /// The file offsets of tensor `at`'s data.
+    pub(crate) fn file_range(&self, at: usize) -> std::ops::Range<u64> {
+        let info = &self.tensors[at];
+        let start = self.data_start + info.offset;
+        start..start + info.bytes
+    }
+
+    /// Where tensor `at` lies in the file `path`, for listings.
+    pub(crate) fn location(&self, path: &std::path::Path, at: usize) -> crate::archive::EntryLocation {
+        let info = &self.tensors[at];
+        let begin = info.offset as usize;
+        crate::archive::EntryLocation {
+            path: path.to_path_buf(),
+            data_offsets: (begin, begin + info.bytes as usize),
+            file_offset: (self.data_start + info.offset) as usize,
+        }
+    }
 }
 
 struct Cursor<'a> {

@@ -145,8 +145,6 @@ pub(crate) struct GgufFile {
     pub(crate) path: PathBuf,
     mapping: Arc<Mapping>,
     pub(crate) header: header::Header,
-    /// Each tensor's f32 or plain dtype, as entries give it.
-    dtypes: Vec<DType>,
 }
 
 impl GgufFile {
@@ -163,23 +161,25 @@ impl GgufFile {
         let mapping = Arc::new(Mapping::new(&file, path)?);
         let header =
             header::parse(mapping.bytes(), len).map_err(|problem| Error::Gguf { path: path.to_path_buf(), problem })?;
-        let dtypes = header.tensors.iter().map(|info| plain_dtype(info.ty).unwrap_or(DType::F32)).collect();
-        Ok(Arc::new(GgufFile { path: path.to_path_buf(), mapping, header, dtypes }))
+        Ok(Arc::new(GgufFile { path: path.to_path_buf(), mapping, header }))
     }
 
     fn bytes_of(&self, at: usize) -> &[u8] {
-        let info = &self.header.tensors[at];
-        let start = (self.header.data_start + info.offset) as usize;
-        &self.mapping.bytes()[start..start + info.bytes as usize]
+        let range = self.header.file_range(at);
+        &self.mapping.bytes()[range.start as usize..range.end as usize]
+    }
+
+    /// Tensor `at`'s bytes as a tensor of `dtype` and `shape` over the mapped pages.
+    fn view(&self, at: usize, dtype: DType, shape: &[usize]) -> nnx_core::Result<Tensor> {
+        let range = self.header.file_range(at);
+        let source: Arc<dyn ByteSource> = self.mapping.clone();
+        Tensor::from_shared(source, range.start as usize, (range.end - range.start) as usize, dtype, shape)
     }
 
     /// Tensor `at` kept packed, its bytes a view of the file.
     pub(crate) fn packed(&self, at: usize) -> Result<GgmlTensor> {
         let info = &self.header.tensors[at];
-        let start = (self.header.data_start + info.offset) as usize;
-        let source: Arc<dyn ByteSource> = self.mapping.clone();
-        let data = Tensor::from_shared(source, start, info.bytes as usize, DType::U8, &[info.bytes as usize])
-            .map_err(|error| self.data_error(at, error))?;
+        let data = self.view(at, DType::U8, &[info.bytes as usize]).map_err(|error| self.data_error(at, error))?;
         Ok(GgmlTensor { ty: info.ty, shape: info.shape.clone(), data })
     }
 
@@ -202,15 +202,14 @@ impl GgufFile {
 
 impl Source for GgufFile {
     fn spec(&self, at: usize) -> (DType, &[usize]) {
-        (self.dtypes[at], &self.header.tensors[at].shape)
+        let info = &self.header.tensors[at];
+        (info.dtype(), &info.shape)
     }
 
     fn tensor(&self, at: usize) -> Result<Tensor> {
         let info = &self.header.tensors[at];
         if let Some(dtype) = plain_dtype(info.ty) {
-            let start = (self.header.data_start + info.offset) as usize;
-            let source: Arc<dyn ByteSource> = self.mapping.clone();
-            return match Tensor::from_shared(source, start, info.bytes as usize, dtype, &info.shape) {
+            return match self.view(at, dtype, &info.shape) {
                 Ok(tensor) => Ok(tensor),
                 Err(nnx_core::Error::Misaligned { .. }) => Tensor::from_bytes(dtype, &info.shape, self.bytes_of(at))
                     .map_err(|error| self.data_error(at, error)),
@@ -228,13 +227,7 @@ impl Source for GgufFile {
     }
 
     fn location(&self, at: usize) -> Option<EntryLocation> {
-        let info = &self.header.tensors[at];
-        let begin = info.offset as usize;
-        Some(EntryLocation {
-            path: self.path.clone(),
-            data_offsets: (begin, begin + info.bytes as usize),
-            file_offset: (self.header.data_start + info.offset) as usize,
-        })
+        Some(self.header.location(&self.path, at))
     }
 
     fn stored_bytes(&self, at: usize) -> usize {

@@ -26,7 +26,6 @@ pub(crate) struct RemoteGguf {
     path: ObjectPath,
     url: PathBuf,
     header: Header,
-    dtypes: Vec<DType>,
 }
 
 impl RemoteGguf {
@@ -51,8 +50,7 @@ impl RemoteGguf {
                 Err(problem) => return Err(Error::Gguf { path: url, problem }),
             }
         };
-        let dtypes = header.tensors.iter().map(|info| plain_dtype(info.ty).unwrap_or(DType::F32)).collect();
-        Ok(Arc::new(RemoteGguf { client, path, url, header, dtypes }))
+        Ok(Arc::new(RemoteGguf { client, path, url, header }))
     }
 
     /// The archive of this file's tensors, with its metadata typed and as text.
@@ -66,9 +64,7 @@ impl RemoteGguf {
     }
 
     fn fetch(&self, at: usize) -> Result<bytes::Bytes> {
-        let info = &self.header.tensors[at];
-        let start = self.header.data_start + info.offset;
-        Ok(self.client.range_blocking(&self.path, start..start + info.bytes, false)?.0)
+        Ok(self.client.range_blocking(&self.path, self.header.file_range(at), false)?.0)
     }
 
     fn data_error(&self, at: usize, source: nnx_core::Error) -> Error {
@@ -78,7 +74,8 @@ impl RemoteGguf {
 
 impl Source for RemoteGguf {
     fn spec(&self, at: usize) -> (DType, &[usize]) {
-        (self.dtypes[at], &self.header.tensors[at].shape)
+        let info = &self.header.tensors[at];
+        (info.dtype(), &info.shape)
     }
 
     fn tensor(&self, at: usize) -> Result<Tensor> {
@@ -96,13 +93,7 @@ impl Source for RemoteGguf {
     }
 
     fn location(&self, at: usize) -> Option<EntryLocation> {
-        let info = &self.header.tensors[at];
-        let begin = info.offset as usize;
-        Some(EntryLocation {
-            path: self.url.clone(),
-            data_offsets: (begin, begin + info.bytes as usize),
-            file_offset: (self.header.data_start + info.offset) as usize,
-        })
+        Some(self.header.location(&self.url, at))
     }
 
     fn stored_bytes(&self, at: usize) -> usize {
