@@ -49,8 +49,8 @@ pub use nnx_core::{DType, Device, Element, Host, OnDevice, Place, Placement, Pla
 
 // Modules: the trait, its walk, and what the walk reports.
 pub use nnx_core::{
-    FieldInfo, ImportOp, ImportRule, Module, PathStep, Split, TensorSlot, Visitor, VisitorMut, for_each_entry,
-    for_each_entry_mut,
+    FieldInfo, ImportOp, ImportRule, Module, Naming, PathStep, Split, TensorSlot, Visitor, VisitorMut, for_each_entry,
+    for_each_entry_mut, for_each_entry_named,
 };
 
 // State dicts and loads.

@@ -8,7 +8,9 @@ mod dequantize;
 mod diff;
 mod download;
 mod inspect;
+mod perplexity;
 mod quantize;
+mod run;
 mod to_gguf;
 mod tokenize;
 
@@ -54,6 +56,12 @@ enum Command {
     /// Print the token ids of a text as a JSON array, as the model's tokenizer (a GGUF file's,
     /// or a folder's `tokenizer.json`) gives them, with the BOS it adds.
     Tokenize(tokenize::Args),
+    /// Generate text with a model (GGUF, transformers or mlx-community folder, `hf://`),
+    /// streamed as it comes; without `--prompt`, a chat read from stdin a line per turn.
+    Run(run::Args),
+    /// The perplexity of a model on a text, computed as llama.cpp's `llama-perplexity`
+    /// computes it: chunks of `--ctx` tokens, each scored on its second half.
+    Perplexity(perplexity::Args),
 }
 
 /// Prints `error` as the one `error:` line: its lines joined, and every control character
@@ -92,6 +100,8 @@ fn main() -> ExitCode {
         Command::Download(args) => download::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
         Command::Diff(args) => {
             return match diff::run(args) {
                 Ok((text, equal)) => {

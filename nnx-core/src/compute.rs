@@ -44,12 +44,27 @@ pub trait Compute: Sized + Clone {
     /// As [`Tensor::rotary`], and the device's errors.
     fn rotary(&self, positions: &[usize], theta: f32) -> Result<Self>;
 
+    /// Rotary position embedding whose frequency `i` (of `head_dim / 2`) is
+    /// `theta^(-2i/head_dim) / factors[i]`: llama.cpp's `rope_freqs` tensor, Llama 3's rope
+    /// scaling and linear scaling (every factor the same) ([`Tensor::rotary_scaled`]).
+    ///
+    /// # Errors
+    /// As [`Tensor::rotary_scaled`], and the device's errors.
+    fn rotary_scaled(&self, positions: &[usize], theta: f32, factors: &[f32]) -> Result<Self>;
+
     /// Scaled dot-product attention with grouped-query heads and causal and padding masks
     /// ([`Tensor::attention`]).
     ///
     /// # Errors
     /// As [`Tensor::attention`], and the device's errors.
     fn attention(q: &Self, k: &Self, v: &Self, causal: bool, key_mask: Option<&[bool]>) -> Result<Self>;
+
+    /// Causal attention where a query also sees at most the `window` most recent keys, itself
+    /// included: the local layers of Gemma 3 and Mistral ([`Tensor::attention_windowed`]).
+    ///
+    /// # Errors
+    /// As [`Tensor::attention_windowed`], and the device's errors.
+    fn attention_windowed(q: &Self, k: &Self, v: &Self, key_mask: Option<&[bool]>, window: usize) -> Result<Self>;
 
     /// `self + rhs` with numpy broadcasting ([`Tensor::add`]).
     ///
@@ -241,13 +256,18 @@ pub trait Compute: Sized + Clone {
 
 /// The methods whose inherent versions have the trait's signatures on every device.
 /// (`Self::name` resolves to the inherent method, which takes precedence over the trait's; the
-/// `unconditional_recursion` lint would catch a missing one.) `embedding` and `attention`
-/// take no receiver and are inherent on the host only (one inherent associated function per
-/// device would make the host's `Tensor::attention(..)` ambiguous), so each device writes them.
+/// `unconditional_recursion` lint would catch a missing one.) `embedding`, `attention` and
+/// `attention_windowed` take no receiver and are inherent on the host only (one inherent
+/// associated function per device would make the host's `Tensor::attention(..)` ambiguous), so
+/// each device writes them.
 macro_rules! delegate {
     () => {
         fn rotary(&self, positions: &[usize], theta: f32) -> Result<Self> {
             Self::rotary(self, positions, theta)
+        }
+
+        fn rotary_scaled(&self, positions: &[usize], theta: f32, factors: &[f32]) -> Result<Self> {
+            Self::rotary_scaled(self, positions, theta, factors)
         }
 
         fn add(&self, rhs: &Self) -> Result<Self> {
@@ -383,6 +403,10 @@ impl Compute for Tensor<Host> {
         Tensor::<Host>::attention(q, k, v, causal, key_mask)
     }
 
+    fn attention_windowed(q: &Self, k: &Self, v: &Self, key_mask: Option<&[bool]>, window: usize) -> Result<Self> {
+        Tensor::<Host>::attention_windowed(q, k, v, key_mask, window)
+    }
+
     fn contiguous(&self) -> Result<Self> {
         Ok(Tensor::<Host>::contiguous(self))
     }
@@ -402,6 +426,10 @@ impl Compute for Tensor<crate::Gpu> {
 
     fn attention(q: &Self, k: &Self, v: &Self, causal: bool, key_mask: Option<&[bool]>) -> Result<Self> {
         crate::gpu::attention(q, k, v, causal, key_mask)
+    }
+
+    fn attention_windowed(q: &Self, k: &Self, v: &Self, key_mask: Option<&[bool]>, window: usize) -> Result<Self> {
+        crate::gpu::attention_windowed(q, k, v, key_mask, window)
     }
 
     fn contiguous(&self) -> Result<Self> {

@@ -35,10 +35,10 @@ pub use error::{
 #[cfg(feature = "gpu")]
 pub use gpu::Gpu;
 #[cfg(feature = "kernels")]
-pub use kernels::fused;
+pub use kernels::{fused, llama3_rope_factors};
 pub use module::{
-    FieldInfo, ImportOp, ImportRule, Module, PathStep, Place, Placer, Split, TensorSlot, Visitor, VisitorMut,
-    for_each_entry, for_each_entry_mut,
+    FieldInfo, ImportOp, ImportRule, Module, Naming, PathStep, Place, Placer, Split, TensorSlot, Visitor, VisitorMut,
+    for_each_entry, for_each_entry_mut, for_each_entry_named,
 };
 pub use state::{FlatStateDict, LoadOptions, LoadReport, StateDict, StateNode, TensorSpec, module_specs};
 pub use storage::ByteSource;
@@ -55,8 +55,8 @@ pub mod __private {
     pub use crate::error::Result;
     pub use crate::module::short_type_name;
     pub use crate::module::{
-        FieldInfo, ImportOp, ImportRule, Module, PathStep, Place, Placer, Split, TensorSlot, Visitor, VisitorMut,
-        for_each_entry, for_each_entry_mut,
+        FieldInfo, ImportOp, ImportRule, Module, Naming, PathStep, Place, Placer, Split, TensorSlot, Visitor,
+        VisitorMut, for_each_entry, for_each_entry_mut, for_each_entry_named,
     };
     pub use crate::state::{compare_specs, join, suggest, under_prefix};
     pub use crate::table::render_columns;

@@ -7,10 +7,21 @@ use crate::{DType, Device, Host, Result, Tensor};
 
 /// How a field's tensors are found in a file laid out by someone else, as recorded from its
 /// `#[nnx(...)]` attributes. The derive fills it in; importers read it from the walk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+///
+/// Two namings are recorded: the transformers one (`from`, `transpose`, `split`, `offset`) and
+/// llama.cpp's GGUF one (`gguf`, `rope_permute`); [`Naming`] picks which a walk follows.
+/// `tie`, `optional` and `dtype` hold in both.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ImportRule {
     /// `from = "a.b"`: the source name relative to the parent's source path.
     pub from: Option<&'static str>,
+    /// `gguf = "attn_q"`: the source name in a GGUF file; `""` adds no segment.
+    pub gguf: Option<&'static str>,
+    /// `rope_permute = "head_count"`: the GGUF file stores the rows in llama.cpp's rotary
+    /// order, grouped by the heads that `{arch}.attention.<key>` counts.
+    pub rope_permute: Option<&'static str>,
+    /// `offset = 1.0`: a transformers-named source stores the value minus this.
+    pub offset: Option<f32>,
     /// `transpose`: the source stores the transpose (last two axes) of every rank-2+ tensor.
     pub transpose: bool,
     /// `split(axis, parts, index)`: the field is one equal piece of the source.
@@ -23,10 +34,22 @@ pub struct ImportRule {
     pub dtype: Option<DType>,
 }
 
+// Offsets are finite (the derive refuses any other), so equality is reflexive.
+impl Eq for ImportRule {}
+
 impl ImportRule {
     /// The rule of a field without import attributes.
-    pub const NONE: ImportRule =
-        ImportRule { from: None, transpose: false, split: None, tie: None, optional: false, dtype: None };
+    pub const NONE: ImportRule = ImportRule {
+        from: None,
+        gguf: None,
+        rope_permute: None,
+        offset: None,
+        transpose: false,
+        split: None,
+        tie: None,
+        optional: false,
+        dtype: None,
+    };
 
     /// Whether the rule changes anything about how the field is read.
     pub fn is_plain(&self) -> bool {
@@ -290,12 +313,30 @@ impl<D: Device, M: Module<D> + ?Sized> Module<D> for Box<M> {
 }
 
 /// One import operation on the way from a source entry to a model tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ImportOp {
     /// Keep piece `index` of `parts` along `axis`.
     Split(Split),
     /// Swap the last two axes (rank-2+ tensors only).
     Transpose,
+    /// Undo llama.cpp's rotary row order: the rows form groups (one per head, counted by the
+    /// GGUF key `{arch}.attention.<key>`) of `[half, 2]` pairs that the model reads as `[2, half]`.
+    RopePermute(&'static str),
+    /// Add this to every value (after any cast to the model's dtype).
+    Offset(f32),
+}
+
+// Offsets are finite (the derive refuses any other), so equality is reflexive.
+impl Eq for ImportOp {}
+
+/// Which of a field's recorded source names a walk follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Naming {
+    /// `from`, `transpose`, `split` and `offset`: checkpoints as transformers writes them.
+    #[default]
+    Transformers,
+    /// `gguf` and `rope_permute`: GGUF files as llama.cpp's converter writes them.
+    Gguf,
 }
 
 /// What the walk knows about one tensor's place in the model: its model path, its source path
@@ -332,6 +373,7 @@ struct Frame {
 /// in [`TensorSlot`] values instead of steps.
 #[derive(Default)]
 struct PathTracker {
+    naming: Naming,
     name: String,
     source: String,
     tie: String,
@@ -370,22 +412,40 @@ impl PathTracker {
                 }
             }
             PathStep::Field(field) => {
+                let rule = &field.rule;
                 push_segment(&mut self.name, field.segment);
-                push_segment(&mut self.source, field.rule.from.unwrap_or(field.segment));
+                match self.naming {
+                    Naming::Transformers => push_segment(&mut self.source, rule.from.unwrap_or(field.segment)),
+                    Naming::Gguf => match rule.gguf {
+                        Some("") => {}
+                        gguf => push_segment(&mut self.source, gguf.unwrap_or(field.segment)),
+                    },
+                }
                 if self.tied {
                     push_segment(&mut self.tie, field.segment);
                 }
-                let rule = &field.rule;
                 if let Some(target) = rule.tie {
                     self.tied = true;
                     self.tie.clear();
                     self.tie.push_str(target);
                 }
-                if let Some(split) = rule.split {
-                    self.ops.push(ImportOp::Split(split));
-                }
-                if rule.transpose {
-                    self.ops.push(ImportOp::Transpose);
+                match self.naming {
+                    Naming::Transformers => {
+                        if let Some(split) = rule.split {
+                            self.ops.push(ImportOp::Split(split));
+                        }
+                        if rule.transpose {
+                            self.ops.push(ImportOp::Transpose);
+                        }
+                        if let Some(offset) = rule.offset {
+                            self.ops.push(ImportOp::Offset(offset));
+                        }
+                    }
+                    Naming::Gguf => {
+                        if let Some(key) = rule.rope_permute {
+                            self.ops.push(ImportOp::RopePermute(key));
+                        }
+                    }
                 }
                 self.optional |= rule.optional;
                 if rule.dtype.is_some() {
@@ -464,7 +524,16 @@ impl<D: Device, F: FnMut(TensorSlot<'_>, &mut Tensor<D>)> VisitorMut<D> for Slot
 /// assert_eq!(names, ["weight", "bias"]);
 /// ```
 pub fn for_each_entry<D: Device, M: Module<D> + ?Sized>(module: &M, f: impl FnMut(TensorSlot<'_>, &Tensor<D>)) {
-    module.walk(&mut SlotVisitor { tracker: PathTracker::default(), f });
+    for_each_entry_named(module, Naming::Transformers, f);
+}
+
+/// [`for_each_entry`] with the source names and operations of `naming`.
+pub fn for_each_entry_named<D: Device, M: Module<D> + ?Sized>(
+    module: &M,
+    naming: Naming,
+    f: impl FnMut(TensorSlot<'_>, &Tensor<D>),
+) {
+    module.walk(&mut SlotVisitor { tracker: PathTracker { naming, ..PathTracker::default() }, f });
 }
 
 /// Calls `f` with the [`TensorSlot`] and a mutable tensor of every tensor of `module`, in walk order.

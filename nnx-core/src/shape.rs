@@ -197,41 +197,73 @@ pub(crate) fn check_embedding<D: Device>(weight: &Tensor<D>, ids: &[u32]) -> Res
     Ok(dim)
 }
 
-/// Checks a rotary embedding's input (on any device) and returns its `head_dim`.
-pub(crate) fn check_rotary<D: Device>(x: &Tensor<D>, positions: &[usize]) -> Result<usize> {
-    const OP: &str = "rotary";
-    check_float(x, OP)?;
+/// Checks a rotary embedding's input (on any device) and returns its `head_dim`; `factors`, when
+/// given, must hold one factor per frequency (`head_dim / 2`).
+pub(crate) fn check_rotary<D: Device>(
+    x: &Tensor<D>,
+    positions: &[usize],
+    factors: Option<&[f32]>,
+    op: &'static str,
+) -> Result<usize> {
+    check_float(x, op)?;
     let &[_, _, seq, head_dim] = x.shape() else {
-        return Err(Error::BadShape { op: OP, expected: "[batch, heads, seq, head_dim]", shape: x.shape().to_vec() });
+        return Err(Error::BadShape { op, expected: "[batch, heads, seq, head_dim]", shape: x.shape().to_vec() });
     };
     if !head_dim.is_multiple_of(2) {
         return Err(Error::BadShape {
-            op: OP,
+            op,
             expected: "[batch, heads, seq, head_dim] with an even head_dim",
             shape: x.shape().to_vec(),
         });
     }
     if positions.len() != seq {
         return Err(Error::LengthMismatch {
-            op: OP,
+            op,
             what: "positions (one per sequence index)",
             expected: seq,
             found: positions.len(),
             shape: x.shape().to_vec(),
         });
     }
+    if let Some(factors) = factors
+        && factors.len() != head_dim / 2
+    {
+        return Err(Error::LengthMismatch {
+            op,
+            what: "frequency factors (one per frequency, head_dim / 2)",
+            expected: head_dim / 2,
+            found: factors.len(),
+            shape: x.shape().to_vec(),
+        });
+    }
     Ok(head_dim)
 }
 
+/// The rotary frequencies `1 / theta^(2i / head_dim)` for `i < head_dim / 2`, in f32 as
+/// transformers computes `inv_freq` (a power of the f32 exponent, then its reciprocal).
+pub(crate) fn inverse_frequencies(head_dim: usize, theta: f32) -> impl Iterator<Item = f32> {
+    (0..head_dim / 2).map(move |i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32))
+}
+
 /// The cosines and sines of rotary embedding, `[positions.len(), head_dim / 2]` each, computed
-/// in f32 as transformers does (shared by the devices, so they rotate by the same angles).
-pub(crate) fn rotary_tables(positions: &[usize], head_dim: usize, theta: f32) -> (Vec<f32>, Vec<f32>) {
+/// in f32 as transformers does (shared by the devices, so they rotate by the same angles). Each
+/// frequency is divided by its entry of `factors` (checked by [`check_rotary`]) before the
+/// angles, as transformers scales `inv_freq` and llama.cpp applies `rope_freqs`.
+pub(crate) fn rotary_tables(
+    positions: &[usize],
+    head_dim: usize,
+    theta: f32,
+    factors: Option<&[f32]>,
+) -> (Vec<f32>, Vec<f32>) {
     let half = head_dim / 2;
-    let inverse_frequencies: Vec<f32> = (0..half).map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32)).collect();
+    let frequencies: Vec<f32> = inverse_frequencies(head_dim, theta)
+        .enumerate()
+        .map(|(i, frequency)| factors.map_or(frequency, |factors| frequency / factors[i]))
+        .collect();
     let mut cos = Vec::with_capacity(positions.len() * half);
     let mut sin = Vec::with_capacity(positions.len() * half);
     for &position in positions {
-        for &frequency in &inverse_frequencies {
+        for &frequency in &frequencies {
             let angle = position as f32 * frequency;
             cos.push(angle.cos());
             sin.push(angle.sin());
@@ -251,19 +283,20 @@ pub(crate) struct AttentionShape {
     pub(crate) d_v: usize,
 }
 
-/// Checks the operands of attention (on any device) and returns their sizes.
+/// Checks the operands of attention (`op`: plain or windowed, on any device) and returns their
+/// sizes.
 pub(crate) fn check_attention<D: Device>(
     q: &Tensor<D>,
     k: &Tensor<D>,
     v: &Tensor<D>,
     key_mask: Option<&[bool]>,
+    op: &'static str,
 ) -> Result<AttentionShape> {
-    const OP: &str = "attention";
     for tensor in [q, k, v] {
-        check_float(tensor, OP)?;
+        check_float(tensor, op)?;
         if tensor.rank() != 4 {
             return Err(Error::BadShape {
-                op: OP,
+                op,
                 expected: "[batch, heads, seq, head_dim]",
                 shape: tensor.shape().to_vec(),
             });
@@ -272,7 +305,7 @@ pub(crate) fn check_attention<D: Device>(
     let (batch, heads, seq_q, d) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
     let (kv_heads, seq_k, d_v) = (k.shape()[1], k.shape()[2], v.shape()[3]);
     let mismatch = |lhs: &Tensor<D>, rhs: &Tensor<D>, reason| Error::ShapeMismatch {
-        op: OP,
+        op,
         lhs: lhs.shape().to_vec(),
         rhs: rhs.shape().to_vec(),
         reason,
@@ -290,7 +323,7 @@ pub(crate) fn check_attention<D: Device>(
         && mask.len() != batch * seq_k
     {
         return Err(Error::LengthMismatch {
-            op: OP,
+            op,
             what: "key_mask entries (batch * seq_k)",
             expected: batch * seq_k,
             found: mask.len(),

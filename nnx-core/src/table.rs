@@ -21,6 +21,12 @@ pub fn describe_import(entry: &TensorSlot<'_>, rank: usize) -> String {
                 }
                 ImportOp::Transpose if rank >= 2 => source.push_str(" transpose"),
                 ImportOp::Transpose => {}
+                ImportOp::RopePermute(key) => {
+                    let _ = write!(source, " rope_permute({key})");
+                }
+                ImportOp::Offset(value) => {
+                    let _ = write!(source, " offset({value})");
+                }
             }
         }
         parts.push(source);

@@ -11,8 +11,8 @@ use syn::{Ident, LitInt, LitStr, Token};
 
 use crate::ctxt::Ctxt;
 use crate::symbol::{
-    self, AXIS, CONTAINER_KEYS, CRATE, DTYPE, FIELD_KEYS, FROM, INDEX, NNX, OPTIONAL, PARTS, RENAME, SKIP, SPLIT,
-    SPLIT_KEYS, Symbol, TIE, TRANSPOSE,
+    self, AXIS, CONTAINER_KEYS, CRATE, DTYPE, FIELD_KEYS, FROM, GGUF, INDEX, NNX, OFFSET, OPTIONAL, PARTS, RENAME,
+    ROPE_PERMUTE, SKIP, SPLIT, SPLIT_KEYS, Symbol, TIE, TRANSPOSE,
 };
 
 /// The SafeTensors dtype spellings (matched case-insensitively) and the `DType` variant each one
@@ -165,6 +165,12 @@ pub struct Field {
     pub rename: Option<StrAttr>,
     /// `from = "a.b"`.
     pub from: Option<StrAttr>,
+    /// `gguf = "attn_q"` (may be empty).
+    pub gguf: Option<StrAttr>,
+    /// `rope_permute = "head_count"`.
+    pub rope_permute: Option<StrAttr>,
+    /// `offset = 1.0`.
+    pub offset: Option<FloatAttr>,
     /// `transpose`.
     pub transpose: Option<Ident>,
     /// `split(...)`; `None` also when it was written but malformed (already reported).
@@ -183,6 +189,9 @@ impl Field {
         let mut skip = BoolAttr::none(cx, SKIP, ON_FIELD);
         let mut rename = Attr::none(cx, RENAME, ON_FIELD);
         let mut from = Attr::none(cx, FROM, ON_FIELD);
+        let mut gguf = Attr::none(cx, GGUF, ON_FIELD);
+        let mut rope_permute = Attr::none(cx, ROPE_PERMUTE, ON_FIELD);
+        let mut offset = Attr::none(cx, OFFSET, ON_FIELD);
         let mut transpose = BoolAttr::none(cx, TRANSPOSE, ON_FIELD);
         let mut split = Attr::none(cx, SPLIT, ON_FIELD);
         let mut tie = Attr::none(cx, TIE, ON_FIELD);
@@ -223,6 +232,9 @@ impl Field {
                 OPTIONAL => optional.set_true(item, flag(meta, &key)?),
                 RENAME => rename.set(item, string(meta, &key, "rename = \"segment\"")?),
                 FROM => from.set(item, string(meta, &key, "from = \"source.name\"")?),
+                GGUF => gguf.set(item, string(meta, &key, "gguf = \"attn_q\"")?),
+                ROPE_PERMUTE => rope_permute.set(item, string(meta, &key, "rope_permute = \"head_count\"")?),
+                OFFSET => offset.set(item, float(meta, &key)?),
                 TIE => tie.set(item, string(meta, &key, "tie = \"model.path\"")?),
                 DTYPE => dtype.set_opt(item, parse_dtype_attr(cx, meta, &key)?),
                 _ => split.set_opt(item, parse_split(cx, meta, &key)?),
@@ -233,6 +245,9 @@ impl Field {
             skip: skip.get(),
             rename: rename.get(),
             from: from.get(),
+            gguf: gguf.get(),
+            rope_permute: rope_permute.get(),
+            offset: offset.get(),
             transpose: transpose.get(),
             split: split.get(),
             tie: tie.get(),
@@ -244,6 +259,9 @@ impl Field {
     /// Whether the field carries an import attribute, so that it must hold tensors.
     pub fn has_import_rule(&self) -> bool {
         self.from.is_some()
+            || self.gguf.is_some()
+            || self.rope_permute.is_some()
+            || self.offset.is_some()
             || self.transpose.is_some()
             || self.split.is_some()
             || self.tie.is_some()
@@ -256,8 +274,11 @@ impl Field {
         [
             self.rename.as_ref().map(|rename| &rename.key),
             self.from.as_ref().map(|from| &from.key),
+            self.gguf.as_ref().map(|gguf| &gguf.key),
             self.transpose.as_ref(),
             self.split.as_ref().map(|split| &split.key),
+            self.rope_permute.as_ref().map(|rope| &rope.key),
+            self.offset.as_ref().map(|offset| &offset.key),
             self.tie.as_ref().map(|tie| &tie.key),
             self.optional.as_ref(),
             self.dtype.as_ref().map(|dtype| &dtype.key),
@@ -405,6 +426,32 @@ fn string(meta: &ParseNestedMeta<'_>, key: &Ident, example: &str) -> syn::Result
     }
 }
 
+/// A key that takes a finite number: `offset = 1.0` (an integer or a float, possibly negative).
+fn float(meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<FloatAttr> {
+    let expected = || format!("`{key}` takes a finite number: write `{key} = 1.0`");
+    if !meta.input.peek(Token![=]) {
+        return Err(reject(meta.input, key, expected()));
+    }
+    let equals: Token![=] = meta.input.parse()?;
+    let tokens = skip_item(meta.input);
+    if tokens.is_empty() {
+        return Err(syn::Error::new_spanned(quote!(#key #equals), expected()));
+    }
+    let parse = |input: ParseStream<'_>| -> syn::Result<f32> {
+        let negative = input.parse::<Option<Token![-]>>()?.is_some();
+        let magnitude: f32 = if input.peek(syn::LitFloat) {
+            input.parse::<syn::LitFloat>()?.base10_parse()?
+        } else {
+            input.parse::<LitInt>()?.base10_parse()?
+        };
+        Ok(if negative { -magnitude } else { magnitude })
+    };
+    match syn::parse::Parser::parse2(parse, tokens.clone()) {
+        Ok(value) if value.is_finite() => Ok(FloatAttr { key: key.clone(), value, tokens }),
+        _ => Err(syn::Error::new_spanned(tokens, expected())),
+    }
+}
+
 /// `dtype = "..."`: `None` when the dtype is unknown (recorded in `cx`).
 fn parse_dtype_attr(cx: &Ctxt, meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<Option<DTypeAttr>> {
     let lit = string(meta, key, "dtype = \"f32\"")?;
@@ -421,6 +468,16 @@ fn parse_dtype_attr(cx: &Ctxt, meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::
         );
     }
     Ok(variant.map(|variant| DTypeAttr { key: key.clone(), variant }))
+}
+
+/// `key = <number>` as written, with its value.
+pub struct FloatAttr {
+    /// The key.
+    pub key: Ident,
+    /// The value.
+    pub value: f32,
+    /// The value's tokens, for error spans.
+    pub tokens: TokenStream,
 }
 
 /// One parameter of `split(...)` as written: `= <integer>`, possibly negative.

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use crate::ast::{Container, Field};
 use crate::ctxt::Ctxt;
+use crate::symbol::{self, HEAD_COUNT_KEYS};
 
 /// Runs every rule on a parsed input.
 pub fn check(cx: &Ctxt, container: &Container<'_>) {
@@ -15,6 +16,9 @@ pub fn check(cx: &Ctxt, container: &Container<'_>) {
         check_split_needs_from(cx, field);
         check_split_pieces(cx, field);
         check_tie_alone(cx, field);
+        check_gguf_path(cx, field);
+        check_rope_permute(cx, field);
+        check_offset(cx, field);
     }
     check_split_siblings(cx, container);
     check_unique_segments(cx, container);
@@ -97,6 +101,53 @@ fn check_split_needs_from(cx: &Ctxt, field: &Field<'_>) {
     }
 }
 
+/// `gguf` is a dotted path like `from`, or empty: the field adds no segment to GGUF names (its
+/// fields sit directly under the parent's, as llama.cpp flattens `self_attn`).
+fn check_gguf_path(cx: &Ctxt, field: &Field<'_>) {
+    let Some(gguf) = &field.attrs.gguf else { return };
+    let value = gguf.value();
+    if value.is_empty() {
+        return;
+    }
+    if let Some(problem) = path_problem(&value) {
+        cx.error_spanned_by(
+            &gguf.lit,
+            format!(
+                "`gguf` path {problem}: write segments joined by single dots, such as `gguf = \"attn_q\"`, \
+                 or `gguf = \"\"` to add no segment"
+            ),
+        );
+    }
+}
+
+/// `rope_permute` names the GGUF key that counts the row groups: the query heads or the
+/// key/value heads.
+fn check_rope_permute(cx: &Ctxt, field: &Field<'_>) {
+    let Some(rope) = &field.attrs.rope_permute else { return };
+    let value = rope.value();
+    if !HEAD_COUNT_KEYS.contains(&value.as_str()) {
+        cx.error_spanned_by(
+            &rope.lit,
+            format!(
+                "`rope_permute` names the GGUF key that counts the heads the rows are grouped by: \
+                 `head_count` (query heads) or `head_count_kv` (key/value heads), not `{value}`{}",
+                symbol::did_you_mean(&value, HEAD_COUNT_KEYS.iter().copied()),
+            ),
+        );
+    }
+}
+
+/// An offset of zero changes nothing: almost surely a mistake.
+fn check_offset(cx: &Ctxt, field: &Field<'_>) {
+    let Some(offset) = &field.attrs.offset else { return };
+    if offset.value == 0.0 {
+        cx.error_spanned_by(
+            &offset.tokens,
+            "`offset = 0` changes nothing: give the constant the source subtracted, such as `offset = 1.0`, or remove it",
+        );
+    }
+}
+
 /// A split has at least two parts and the index is one of them.
 fn check_split_pieces(cx: &Ctxt, field: &Field<'_>) {
     let Some(split) = &field.attrs.split else { return };
@@ -125,8 +176,11 @@ fn check_tie_alone(cx: &Ctxt, field: &Field<'_>) {
     let attrs = &field.attrs;
     let keys = [
         attrs.from.as_ref().map(|from| &from.key),
+        attrs.gguf.as_ref().map(|gguf| &gguf.key),
         attrs.split.as_ref().map(|split| &split.key),
         attrs.transpose.as_ref(),
+        attrs.rope_permute.as_ref().map(|rope| &rope.key),
+        attrs.offset.as_ref().map(|offset| &offset.key),
         attrs.optional.as_ref(),
     ];
     for key in keys.into_iter().flatten() {

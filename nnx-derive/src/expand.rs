@@ -314,6 +314,16 @@ fn step(field: &Field<'_>, private: &TokenStream) -> TokenStream {
     };
     let from = option_str(attrs.from.as_ref().map(|from| from.value()));
     let tie = option_str(attrs.tie.as_ref().map(|tie| tie.value()));
+    let gguf = option_str(attrs.gguf.as_ref().map(|gguf| gguf.value()));
+    let rope_permute = option_str(attrs.rope_permute.as_ref().map(|rope| rope.value()));
+    let offset = match &attrs.offset {
+        Some(offset) => {
+            let magnitude = proc_macro2::Literal::f32_suffixed(offset.value.abs());
+            let sign = (offset.value < 0.0).then(|| quote!(-));
+            quote!(#private::Some(#sign #magnitude))
+        }
+        None => quote!(#private::None),
+    };
     let transpose = attrs.transpose.is_some();
     let optional = attrs.optional.is_some();
     let split = match &attrs.split {
@@ -347,6 +357,9 @@ fn step(field: &Field<'_>, private: &TokenStream) -> TokenStream {
             segment: #segment,
             rule: #private::ImportRule {
                 from: #from,
+                gguf: #gguf,
+                rope_permute: #rope_permute,
+                offset: #offset,
                 transpose: #transpose,
                 split: #split,
                 tie: #tie,

@@ -27,6 +27,12 @@ pub const TIE: Symbol = Symbol("tie");
 pub const OPTIONAL: Symbol = Symbol("optional");
 /// Field: the required dtype.
 pub const DTYPE: Symbol = Symbol("dtype");
+/// Field: the source name in a GGUF file.
+pub const GGUF: Symbol = Symbol("gguf");
+/// Field: the GGUF file stores the rows in llama.cpp's rotary order.
+pub const ROPE_PERMUTE: Symbol = Symbol("rope_permute");
+/// Field: a transformers-named source stores the value minus this.
+pub const OFFSET: Symbol = Symbol("offset");
 /// Container: the path of the `nnx` crate.
 pub const CRATE: Symbol = Symbol("crate");
 /// `split(...)`: the axis cut.
@@ -37,7 +43,10 @@ pub const PARTS: Symbol = Symbol("parts");
 pub const INDEX: Symbol = Symbol("index");
 
 /// Every key a field accepts.
-pub const FIELD_KEYS: &[Symbol] = &[SKIP, RENAME, FROM, TRANSPOSE, SPLIT, TIE, OPTIONAL, DTYPE];
+pub const FIELD_KEYS: &[Symbol] =
+    &[SKIP, RENAME, FROM, GGUF, TRANSPOSE, SPLIT, ROPE_PERMUTE, OFFSET, TIE, OPTIONAL, DTYPE];
+/// The GGUF keys (`{arch}.attention.<key>`) that `rope_permute` may name.
+pub const HEAD_COUNT_KEYS: &[&str] = &["head_count", "head_count_kv"];
 /// Every key the container accepts.
 pub const CONTAINER_KEYS: &[Symbol] = &[CRATE];
 /// Every parameter `split(...)` accepts, in the order they are usually written.

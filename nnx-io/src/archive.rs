@@ -448,6 +448,15 @@ impl Archive {
         self.slots.get(name).map(|slot| slot.store.open(name, slot.at)).transpose()
     }
 
+    /// Dtype and shape of entry `name` as the headers give them (block tensors of a GGUF file
+    /// as the floats they decode to), `None` when there is no such entry.
+    ///
+    /// # Errors
+    /// The error of opening the shard that holds it.
+    pub fn entry_spec(&self, name: &str) -> Result<Option<(DType, Vec<usize>)>> {
+        self.spec(name)
+    }
+
     /// Dtype and shape of `name` from headers, `None` when there is no such entry.
     pub(crate) fn spec(&self, name: &str) -> Result<Option<(DType, Vec<usize>)>> {
         Ok(self.locate(name)?.map(|(source, at)| {

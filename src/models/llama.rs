@@ -1,6 +1,9 @@
-//! Llama as Hugging Face stores it (`model.layers.N.self_attn.q_proj`, ...): grouped-query
-//! attention (fewer key/value heads than query heads), RMSNorm, a SwiGLU MLP, and an `lm_head`
-//! of its own. BF16 checkpoints import as BF16 views of the file.
+//! Llama (and Mistral, the same decoder) as transformers stores it
+//! (`model.layers.N.self_attn.q_proj`, ...) and as llama.cpp's converter writes it to GGUF
+//! (`blk.N.attn_q`, its query and key rows in llama.cpp's rotary order): grouped-query attention
+//! (fewer key/value heads than query heads), RMSNorm, a SwiGLU MLP, Llama 3's rope scaling, and
+//! an `lm_head` of its own or tied to the embedding. BF16 checkpoints import as BF16 views of
+//! the file.
 
 use std::path::Path;
 
@@ -152,6 +155,66 @@ impl LlamaConfig {
         self.rope_parameters.as_ref().and_then(|rope| rope.rope_theta).or(self.rope_theta).unwrap_or(10_000.0)
     }
 
+    /// The divisor of each rotary frequency, `head_dim / 2` of them: Llama 3's rope scaling
+    /// (`rope_type` `llama3`) or linear scaling (`factor`), else all 1. llama.cpp's converter
+    /// writes the same numbers to a GGUF file as `rope_freqs.weight`.
+    pub fn rope_factors(&self) -> Vec<f32> {
+        let pairs = self.head_dim() / 2;
+        let number = |key: &str| self.rope_setting(key).and_then(serde_json::Value::as_f64);
+        match self.rope_setting("rope_type").or_else(|| self.rope_setting("type")).and_then(|kind| kind.as_str()) {
+            Some("llama3") => nnx_core::llama3_rope_factors(
+                self.head_dim(),
+                self.theta(),
+                number("factor").unwrap_or(8.0) as f32,
+                number("low_freq_factor").unwrap_or(1.0) as f32,
+                number("high_freq_factor").unwrap_or(4.0) as f32,
+                number("original_max_position_embeddings").unwrap_or(8192.0) as usize,
+            ),
+            Some("linear") => vec![number("factor").unwrap_or(1.0) as f32; pairs],
+            _ => vec![1.0; pairs],
+        }
+    }
+
+    /// A rope setting from `rope_parameters` (newer configs) or `rope_scaling` (older ones).
+    fn rope_setting(&self, key: &str) -> Option<&serde_json::Value> {
+        self.rope_parameters
+            .as_ref()
+            .and_then(|rope| rope.extra.get(key))
+            .or_else(|| self.extra.get("rope_scaling").and_then(|scaling| scaling.get(key)))
+    }
+
+    /// The configuration llama.cpp's hyperparameters describe (`general.architecture`
+    /// `llama`, which Mistral's files use too), for the model that [`Llama::new`] builds.
+    /// `tied` says whether the file lacks `output.weight` (the head is the embedding). Llama 3's
+    /// rope scaling is not in the metadata: the file's `rope_freqs.weight` holds it.
+    ///
+    /// # Errors
+    /// [`crate::Error::NoEntry`] naming a missing key, [`crate::Error::ConfigField`] naming the
+    /// first value that cannot make a model.
+    pub fn from_gguf(metadata: &crate::gguf::Metadata, tied: bool) -> crate::Result<LlamaConfig> {
+        let keys = super::qwen::GgufKeys::new(metadata, &["llama"], "`LlamaConfig::from_gguf`")?;
+        let heads = keys.required_size("attention.head_count")?;
+        let mut extra = serde_json::Map::new();
+        extra.insert("model_type".into(), "llama".into());
+        let config = LlamaConfig {
+            vocab_size: keys.vocab_size()?,
+            hidden_size: keys.required_size("embedding_length")?,
+            intermediate_size: keys.required_size("feed_forward_length")?,
+            num_hidden_layers: keys.required_size("block_count")?,
+            num_attention_heads: heads,
+            num_key_value_heads: Some(keys.size("attention.head_count_kv").unwrap_or(heads)),
+            head_dim: keys.size("attention.key_length"),
+            max_position_embeddings: keys.size("context_length"),
+            rms_norm_eps: keys.number("attention.layer_norm_rms_epsilon").unwrap_or(1e-5),
+            tie_word_embeddings: tied,
+            rope_theta: Some(keys.number("rope.freq_base").unwrap_or(10_000.0)),
+            rope_parameters: None,
+            extra,
+        };
+        config.check(&super::qwen::GgufKeys::origin())?;
+        Ok(config)
+    }
+
     /// Key/value heads.
     pub fn kv_heads(&self) -> usize {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
@@ -166,17 +229,17 @@ impl LlamaConfig {
 /// Grouped-query self-attention, its projections stored as `W` says.
 #[derive(Module, Clone, Debug)]
 pub struct Attention<D: Device = Host, W: Weights = Dense> {
-    /// `hidden -> heads * head_dim`.
-    #[nnx(from = "q_proj")]
+    /// `hidden -> heads * head_dim`; llama.cpp stores its rows in rotary pair order.
+    #[nnx(from = "q_proj", gguf = "attn_q", rope_permute = "head_count")]
     pub q: W::Layer<D>,
-    /// `hidden -> kv_heads * head_dim`.
-    #[nnx(from = "k_proj")]
+    /// `hidden -> kv_heads * head_dim`; llama.cpp stores its rows in rotary pair order.
+    #[nnx(from = "k_proj", gguf = "attn_k", rope_permute = "head_count_kv")]
     pub k: W::Layer<D>,
     /// `hidden -> kv_heads * head_dim`.
-    #[nnx(from = "v_proj")]
+    #[nnx(from = "v_proj", gguf = "attn_v")]
     pub v: W::Layer<D>,
     /// `heads * head_dim -> hidden`.
-    #[nnx(from = "o_proj")]
+    #[nnx(from = "o_proj", gguf = "attn_output")]
     pub o: W::Layer<D>,
 }
 
@@ -184,13 +247,13 @@ pub struct Attention<D: Device = Host, W: Weights = Dense> {
 #[derive(Module, Clone, Debug)]
 pub struct Mlp<D: Device = Host, W: Weights = Dense> {
     /// Gate projection.
-    #[nnx(from = "gate_proj")]
+    #[nnx(from = "gate_proj", gguf = "ffn_gate")]
     pub gate: W::Layer<D>,
     /// Up projection.
-    #[nnx(from = "up_proj")]
+    #[nnx(from = "up_proj", gguf = "ffn_up")]
     pub up: W::Layer<D>,
     /// Down projection.
-    #[nnx(from = "down_proj")]
+    #[nnx(from = "down_proj", gguf = "ffn_down")]
     pub down: W::Layer<D>,
 }
 
@@ -198,15 +261,16 @@ pub struct Mlp<D: Device = Host, W: Weights = Dense> {
 #[derive(Module, Clone, Debug)]
 pub struct Layer<D: Device = Host, W: Weights = Dense> {
     /// Norm before attention.
-    #[nnx(from = "input_layernorm")]
+    #[nnx(from = "input_layernorm", gguf = "attn_norm")]
     pub attn_norm: RmsNorm<D>,
     /// Self-attention.
-    #[nnx(from = "self_attn")]
+    #[nnx(from = "self_attn", gguf = "")]
     pub attn: Attention<D, W>,
     /// Norm before the MLP.
-    #[nnx(from = "post_attention_layernorm")]
+    #[nnx(from = "post_attention_layernorm", gguf = "ffn_norm")]
     pub mlp_norm: RmsNorm<D>,
     /// Feed-forward network.
+    #[nnx(gguf = "")]
     pub mlp: Mlp<D, W>,
 }
 
@@ -215,16 +279,21 @@ pub struct Layer<D: Device = Host, W: Weights = Dense> {
 #[derive(Module, Clone, Debug)]
 pub struct Llama<D: Device = Host, W: Weights = Dense> {
     /// Token embeddings.
-    #[nnx(from = "model.embed_tokens")]
+    #[nnx(from = "model.embed_tokens", gguf = "token_embd")]
     pub embed: Embedding<D>,
     /// The layers.
-    #[nnx(from = "model.layers")]
+    #[nnx(from = "model.layers", gguf = "blk")]
     pub layers: Vec<Layer<D, W>>,
     /// Final norm.
-    #[nnx(from = "model.norm")]
+    #[nnx(from = "model.norm", gguf = "output_norm")]
     pub norm: RmsNorm<D>,
-    /// Output projection.
-    pub lm_head: W::Layer<D>,
+    /// Output projection; `None` when it is the embedding (`tie_word_embeddings`).
+    #[nnx(gguf = "output")]
+    pub lm_head: Option<W::Layer<D>>,
+    /// The divisor of each rotary frequency (F32 `[head_dim / 2]`), from the configuration
+    /// ([`LlamaConfig::rope_factors`]); a GGUF file of Llama 3 stores them.
+    #[nnx(optional, gguf = "rope_freqs.weight")]
+    pub rope_freqs: Tensor<D>,
     /// The configuration.
     #[nnx(skip)]
     pub config: LlamaConfig,
@@ -260,11 +329,14 @@ impl Llama {
                 }
             })
             .collect();
+        let factors = config.rope_factors();
+        let rope_freqs = Tensor::from_vec(factors.clone(), &[factors.len()]).expect("one factor per rotary pair");
         Llama {
             embed: Embedding::builder(config.vocab_size, hidden).dtype(dtype).init(init.at("embed")).build(),
             layers,
             norm: norm(),
-            lm_head: linear(hidden, config.vocab_size, init.at("lm_head")),
+            lm_head: (!config.tie_word_embeddings).then(|| linear(hidden, config.vocab_size, init.at("lm_head"))),
+            rope_freqs,
             config: config.clone(),
         }
     }
@@ -277,38 +349,44 @@ impl Llama {
     /// As [`QuantizedLinear::from_linear`](crate::quant::QuantizedLinear::from_linear): an
     /// unsupported width or group, or a width not a multiple of the group.
     pub fn quantize(&self, bits: u32, group_size: usize) -> crate::Result<Llama<Host, Affine>> {
-        self.map_weights(|linear| crate::quant::QuantizedLinear::from_linear(linear, bits, group_size))
+        self.map_weights(|_, linear| crate::quant::QuantizedLinear::from_linear(linear, bits, group_size))
     }
 }
 
 impl<W: Weights> Llama<Host, W> {
     /// This model with every projection and the head turned into the layers of `V` by
-    /// `convert`: for example [`SeedLinear::from_linear`](crate::quant::SeedLinear::from_linear)
-    /// for [`Seed`](super::Seed), or
-    /// [`QuantizedLinear::to_linear`](crate::quant::QuantizedLinear::to_linear) back to
-    /// [`Dense`]. The embedding, norms and configuration are cloned.
+    /// `convert`, which is given each one's model path (`layers.0.attn.q`, `lm_head`): for
+    /// example [`SeedLinear::from_linear`](crate::quant::SeedLinear::from_linear) for
+    /// [`Seed`](super::Seed), or [`QuantizedLinear::to_linear`](crate::quant::QuantizedLinear::to_linear)
+    /// back to [`Dense`]. The embedding, norms and configuration are cloned.
     ///
     /// # Errors
     /// The first error of `convert`.
     pub fn map_weights<V: Weights>(
         &self,
-        convert: impl Fn(&W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
+        convert: impl Fn(&str, &W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
     ) -> crate::Result<Llama<Host, V>> {
         let layers = self
             .layers
             .iter()
-            .map(|layer| {
+            .enumerate()
+            .map(|(index, layer)| {
                 let (attn, mlp) = (&layer.attn, &layer.mlp);
+                let at = |path: &str| format!("layers.{index}.{path}");
                 Ok(Layer {
                     attn_norm: layer.attn_norm.clone(),
                     attn: Attention {
-                        q: convert(&attn.q)?,
-                        k: convert(&attn.k)?,
-                        v: convert(&attn.v)?,
-                        o: convert(&attn.o)?,
+                        q: convert(&at("attn.q"), &attn.q)?,
+                        k: convert(&at("attn.k"), &attn.k)?,
+                        v: convert(&at("attn.v"), &attn.v)?,
+                        o: convert(&at("attn.o"), &attn.o)?,
                     },
                     mlp_norm: layer.mlp_norm.clone(),
-                    mlp: Mlp { gate: convert(&mlp.gate)?, up: convert(&mlp.up)?, down: convert(&mlp.down)? },
+                    mlp: Mlp {
+                        gate: convert(&at("mlp.gate"), &mlp.gate)?,
+                        up: convert(&at("mlp.up"), &mlp.up)?,
+                        down: convert(&at("mlp.down"), &mlp.down)?,
+                    },
                 })
             })
             .collect::<crate::Result<Vec<_>>>()?;
@@ -316,7 +394,8 @@ impl<W: Weights> Llama<Host, W> {
             embed: self.embed.clone(),
             layers,
             norm: self.norm.clone(),
-            lm_head: convert(&self.lm_head)?,
+            lm_head: self.lm_head.as_ref().map(|head| convert("lm_head", head)).transpose()?,
+            rope_freqs: self.rope_freqs.clone(),
             config: self.config.clone(),
         })
     }
@@ -336,15 +415,23 @@ where
         let config = &self.config;
         let (seq, head_dim) = (ids.len(), config.head_dim());
         let positions: Vec<usize> = (0..seq).collect();
+        let factors = self.rope_factors()?;
         let split_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
             Compute::contiguous(&Compute::reshape(&t, &[1, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?)
         };
         let mut h = self.embed.forward(ids)?;
         for layer in &self.layers {
             let x = layer.attn_norm.forward(&h)?;
-            let q = split_heads(layer.attn.q.project(&x)?, config.num_attention_heads)?
-                .rotary(&positions, config.theta())?;
-            let k = split_heads(layer.attn.k.project(&x)?, config.kv_heads())?.rotary(&positions, config.theta())?;
+            let q = split_heads(layer.attn.q.project(&x)?, config.num_attention_heads)?.rotary_scaled(
+                &positions,
+                config.theta(),
+                &factors,
+            )?;
+            let k = split_heads(layer.attn.k.project(&x)?, config.kv_heads())?.rotary_scaled(
+                &positions,
+                config.theta(),
+                &factors,
+            )?;
             let v = split_heads(layer.attn.v.project(&x)?, config.kv_heads())?;
             let context = Compute::attention(&q, &k, &v, true, None)?;
             let merged =
@@ -354,7 +441,20 @@ where
             let gated = layer.mlp.gate.project(&x)?.silu()?.mul(&layer.mlp.up.project(&x)?)?;
             h = h.add(&layer.mlp.down.project(&gated)?)?;
         }
-        self.lm_head.project(&self.norm.forward(&h)?)
+        self.head(&self.norm.forward(&h)?)
+    }
+
+    /// The logits of final hidden states: `lm_head`, or the embedding when tied.
+    fn head(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
+        match &self.lm_head {
+            Some(head) => head.project(x),
+            None => Compute::linear(x, &self.embed.weight, None),
+        }
+    }
+
+    /// The rotary divisors on the host, where the rotation reads them.
+    fn rope_factors(&self) -> crate::Result<Vec<f32>> {
+        Compute::to_host(&self.rope_freqs)?.to_dtype(DType::F32)?.to_vec::<f32>()
     }
 
     /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,
@@ -373,12 +473,13 @@ where
         let (head_dim, hidden) = (config.head_dim(), config.hidden_size);
         let positions = cache.positions(seq);
         let key_mask = cache.key_mask(seq);
+        let factors = self.rope_factors()?;
         // `[batch * seq, heads * head_dim]` as `[batch, heads, seq, head_dim]`, rotated. Rotary
         // takes one position per row of its sequence axis, so the batch joins that axis while
         // the positions are applied (each sequence has its own).
         let rotated_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
             let rows = Compute::reshape(&t, &[1, batch * seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?;
-            let rotated = rows.rotary(&positions, config.theta())?;
+            let rotated = rows.rotary_scaled(&positions, config.theta(), &factors)?;
             Compute::reshape(&rotated, &[heads, batch, seq, head_dim])?.permute(&[1, 0, 2, 3])
         };
         let split_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
@@ -404,7 +505,7 @@ where
         cache.advance(seq)?;
         let last =
             Compute::reshape(&Compute::reshape(&h, &[batch, seq, hidden])?.narrow(1, seq - 1, 1)?, &[batch, hidden])?;
-        self.lm_head.project(&self.norm.forward(&last)?)
+        self.head(&self.norm.forward(&last)?)
     }
 }
 

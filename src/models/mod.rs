@@ -2,11 +2,20 @@
 //! Hugging Face checkpoints import as they are: [`bert`], [`gpt2`] and [`llama`].
 
 pub mod bert;
+pub mod gemma3;
 pub mod gguf;
 pub mod gpt2;
 pub mod llama;
 #[cfg(feature = "text")]
+mod load;
+pub mod qwen;
+#[cfg(feature = "text")]
 pub mod sentence;
+
+#[cfg(all(feature = "text", feature = "gpu"))]
+pub use load::load_on;
+#[cfg(feature = "text")]
+pub use load::{LoadedModel, load};
 
 use std::fmt::Debug;
 use std::path::Path;

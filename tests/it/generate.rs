@@ -467,7 +467,7 @@ fn a_quantized_llama_decodes_as_the_model_of_its_dequantized_weights() {
         assert_eq!(names.get("layers.1.mlp.down.weight").unwrap().dtype(), DType::U32);
         assert_eq!(names.get("layers.1.mlp.down.scales").unwrap().shape(), [64, 128 / group]);
         assert!(names.contains_key("lm_head.biases") && names.contains_key("embed.weight"));
-        let dequantized = quantized.map_weights::<Dense>(|layer| layer.to_linear(DType::F32)).unwrap();
+        let dequantized = quantized.map_weights::<Dense>(|_, layer| layer.to_linear(DType::F32)).unwrap();
         let ids = [1u32, 40, 7, 99, 3, 250, 18];
         let (ours, theirs) = (quantized.logits(&ids).unwrap(), dequantized.logits(&ids).unwrap());
         let (ours, theirs) = (ours.to_vec::<f32>().unwrap(), theirs.to_vec::<f32>().unwrap());
@@ -502,13 +502,13 @@ fn a_llama_of_ggml_blocks_decodes_as_the_model_of_its_decoded_weights() {
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K] {
         // Rows that do not hold whole blocks take llama.cpp's fallback type.
         let packed = dense
-            .map_weights::<nnx::models::Ggml>(|layer| {
+            .map_weights::<nnx::models::Ggml>(|_, layer| {
                 GgmlLinear::from_linear(layer, nnx::gguf::fallback(ty, layer.weight.shape()[1]))
             })
             .unwrap();
         let names = packed.flat_state_dict();
         assert_eq!(names.get("layers.1.mlp.down.weight").unwrap().dtype(), DType::U8, "{ty} blocks stay packed");
-        let decoded = packed.map_weights::<Dense>(|layer| layer.to_linear(DType::F32)).unwrap();
+        let decoded = packed.map_weights::<Dense>(|_, layer| layer.to_linear(DType::F32)).unwrap();
         let (ours, theirs) = (packed.logits(&ids).unwrap(), decoded.logits(&ids).unwrap());
         let (ours, theirs) = (ours.to_vec::<f32>().unwrap(), theirs.to_vec::<f32>().unwrap());
         let scale = theirs.iter().fold(0f32, |m, v| m.max(v.abs()));

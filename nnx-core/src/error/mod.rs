@@ -727,7 +727,7 @@ impl fmt::Display for DidYouMean<'_> {
 }
 
 /// One operation on the way from a stored entry to a model tensor, as data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub enum SourceOp {
     /// Piece `index` of `parts` along `axis` (negative counts from the last axis).
@@ -741,7 +741,21 @@ pub enum SourceOp {
     },
     /// The last two axes swapped.
     Transpose,
+    /// llama.cpp's rotary row order undone, the rows grouped by the heads the GGUF key
+    /// `{arch}.attention.<key>` counts.
+    RopePermute {
+        /// The key's last segment: `head_count` or `head_count_kv`.
+        key: &'static str,
+    },
+    /// A constant added to every value.
+    Offset {
+        /// The constant.
+        value: f32,
+    },
 }
+
+// Offsets are finite (the derive refuses any other), so equality is reflexive.
+impl Eq for SourceOp {}
 
 /// Renders import operations as ` split(AXIS, PIECE/PARTS) transpose`, each with a leading
 /// space; a transpose of an entry of rank below 2 does nothing and is left out.
@@ -760,6 +774,8 @@ impl fmt::Display for OpChain<'_> {
                 SourceOp::Split { axis, index, parts } => write!(f, " split({axis}, {}/{parts})", index + 1)?,
                 SourceOp::Transpose if self.rank >= 2 => f.write_str(" transpose")?,
                 SourceOp::Transpose => {}
+                SourceOp::RopePermute { key } => write!(f, " rope_permute({key})")?,
+                SourceOp::Offset { value } => write!(f, " offset({value})")?,
             }
         }
         Ok(())
@@ -900,6 +916,27 @@ pub enum ProblemKind {
         /// The stored dtype.
         dtype: DType,
     },
+    /// A GGUF metadata key an import operation needs (`rope_permute` counts heads with one),
+    /// absent or not a positive integer.
+    MetadataKey {
+        /// The full key, such as `llama.attention.head_count`.
+        key: String,
+        /// What the import needs it for.
+        needed_for: &'static str,
+    },
+    /// Rows that do not form whole rotary groups: `rope_permute` needs `2 * heads` to divide
+    /// the rows.
+    RopeRows {
+        /// Rows of the entry.
+        rows: usize,
+        /// The heads the rows are grouped by.
+        heads: usize,
+    },
+    /// An `offset` on a tensor that does not hold floats.
+    OffsetNotFloat {
+        /// The model tensor's dtype.
+        dtype: DType,
+    },
     /// An entry of another dtype than the model's where one of them is not a float.
     NotCastable {
         /// The model's dtype.
@@ -1028,6 +1065,22 @@ impl fmt::Display for ProblemKind {
             }
             ProblemKind::NotCastable { expected, found } => {
                 write!(f, "expected dtype {expected}, found {found} (only floats are cast)")
+            }
+            ProblemKind::MetadataKey { key, needed_for } => write!(
+                f,
+                "the GGUF metadata has no positive integer `{key}`, which {needed_for}: \
+                 convert the file with a converter that writes it"
+            ),
+            ProblemKind::RopeRows { rows, heads } => write!(
+                f,
+                "{rows} rows do not form {heads} heads of rotary pairs (2 * {heads} must divide them): \
+                 the file's head count does not match this tensor"
+            ),
+            ProblemKind::OffsetNotFloat { dtype } => {
+                write!(
+                    f,
+                    "`offset` adds a constant to floats, but the model holds {dtype}: give the field a float dtype"
+                )
             }
             ProblemKind::RequiredDType { required, found } => write!(f, "the field requires {required}, found {found}"),
             ProblemKind::TieTargetMissing { target, suggestion } => {

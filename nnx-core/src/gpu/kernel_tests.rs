@@ -539,6 +539,55 @@ fn rotary_matches_the_cpu() {
 }
 
 #[test]
+fn rotary_scaled_matches_the_cpu() {
+    let Some(gpu) = test_gpu() else { return };
+    let x = random(&[2, 3, 4, 16], 30);
+    let positions = [0, 3, 100, 8191];
+    let factors = crate::llama3_rope_factors(16, 500_000.0, 8.0, 1.0, 4.0, 64);
+    compare(
+        "rotary_scaled llama3",
+        &up(&x, &gpu).rotary_scaled(&positions, 500_000.0, &factors).unwrap(),
+        &x.rotary_scaled(&positions, 500_000.0, &factors).unwrap(),
+        TOLERANCE,
+    );
+    // Linear scaling, on a bf16 permuted view.
+    let stored = cast(&random(&[2, 4, 3, 16], 31), DType::BF16);
+    let view = stored.permute(&[0, 2, 1, 3]).unwrap();
+    let device_view = up(&stored, &gpu).permute(&[0, 2, 1, 3]).unwrap();
+    compare(
+        "rotary_scaled linear bf16 permuted",
+        &device_view.rotary_scaled(&positions, 10_000.0, &[4.0; 8]).unwrap(),
+        &view.rotary_scaled(&positions, 10_000.0, &[4.0; 8]).unwrap(),
+        TOLERANCE,
+    );
+    let error = up(&x, &gpu).rotary_scaled(&positions, 10_000.0, &[1.0; 7]).unwrap_err();
+    assert!(matches!(error, Error::LengthMismatch { op: "rotary_scaled", expected: 8, found: 7, .. }));
+}
+
+#[test]
+fn attention_windowed_matches_the_cpu() {
+    let Some(gpu) = test_gpu() else { return };
+    let run = |what: &str, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&[bool]>, window: usize| {
+        let found = Compute::attention_windowed(&up(q, &gpu), &up(k, &gpu), &up(v, &gpu), mask, window).unwrap();
+        compare(what, &found, &Tensor::attention_windowed(q, k, v, mask, window).unwrap(), TOLERANCE)
+    };
+    // Prefill with grouped heads and padding, for windows of one, a few, all and past all keys.
+    let (q, k, v) = (random(&[2, 8, 6, 16], 40), random(&[2, 2, 6, 16], 41), random(&[2, 2, 6, 8], 42));
+    let mask = [false, true, true, true, true, true, true, true, true, false, true, true];
+    for window in [1, 3, 6, usize::MAX] {
+        run(&format!("attention_windowed prefill, window {window}"), &q, &k, &v, Some(&mask), window);
+    }
+    // Decoding against a cache, queries past the keys, a window of 0 and rows past a workgroup.
+    let (q, k) = (random(&[1, 4, 2, 8], 43), random(&[1, 2, 9, 8], 44));
+    run("attention_windowed against a cache", &q, &k, &k, None, 4);
+    let (q, k) = (random(&[1, 2, 7, 4], 45), random(&[1, 2, 3, 4], 46));
+    run("attention_windowed, seq_q > seq_k", &q, &k, &k, None, 2);
+    run("attention_windowed, window 0", &q, &k, &k, None, 0);
+    let (q, k) = (random(&[1, 2, 5, 8], 47), random(&[1, 1, 700, 8], 48));
+    run("attention_windowed 700 keys", &q, &k, &k, None, 300);
+}
+
+#[test]
 fn attention_matches_the_cpu() {
     let Some(gpu) = test_gpu() else { return };
     let run = |what: &str, q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, mask: Option<&[bool]>| {

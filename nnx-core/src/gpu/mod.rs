@@ -19,7 +19,7 @@ mod launch;
 mod layout;
 
 pub use device::{Gpu, GpuStorage};
-pub(crate) use launch::{attention, embedding};
+pub(crate) use launch::{attention, attention_windowed, embedding};
 
 /// The GPU the tests run on: adapter `NNX_GPU` (default 0). Without one, `None` after saying
 /// why, except under CI (`CI` set), where a missing adapter fails the run.

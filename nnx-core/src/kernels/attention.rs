@@ -7,7 +7,9 @@ use super::matmul::{Matrix, product};
 use super::norm::softmax_row;
 use super::{Dense, PARALLEL_ELEMENTS, f32_tensor, f32_values};
 use crate::error::Result;
-use crate::shape::{AttentionShape, check_attention, check_embedding, check_rotary, rotary_tables};
+use crate::shape::{
+    AttentionShape, check_attention, check_embedding, check_rotary, inverse_frequencies, rotary_tables,
+};
 use crate::{DType, Tensor};
 
 impl Tensor {
@@ -70,11 +72,40 @@ impl Tensor {
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
     pub fn rotary(&self, positions: &[usize], theta: f32) -> Result<Tensor> {
-        const OP: &str = "rotary";
-        let head_dim = check_rotary(self, positions)?;
+        self.rotate(positions, theta, None, "rotary")
+    }
+
+    /// [`Tensor::rotary`] with each frequency divided by a factor: frequency `i` (of
+    /// `head_dim / 2`) is `theta^(-2i/head_dim) / factors[i]`. This is llama.cpp's `rope_freqs`
+    /// tensor, Llama 3's rope scaling (factors from [`llama3_rope_factors`](crate::llama3_rope_factors))
+    /// and linear scaling (every factor the same); the division happens in f32 after the
+    /// frequency, as transformers scales `inv_freq`, so factors of 1 give [`Tensor::rotary`]
+    /// exactly.
+    ///
+    /// # Errors
+    /// As [`Tensor::rotary`], and [`Error::LengthMismatch`](crate::Error::LengthMismatch) when
+    /// `factors` does not have `head_dim / 2` entries.
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 0.0], &[1, 1, 1, 2])?;
+    /// // A factor of 2 halves the frequency: position 2 turns by one radian.
+    /// let out = x.rotary_scaled(&[2], 10_000.0, &[2.0])?.to_vec::<f32>()?;
+    /// assert_eq!(out, [1.0f32.cos(), 1.0f32.sin()]);
+    /// assert!(x.rotary_scaled(&[2], 10_000.0, &[2.0, 2.0]).is_err());
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn rotary_scaled(&self, positions: &[usize], theta: f32, factors: &[f32]) -> Result<Tensor> {
+        self.rotate(positions, theta, Some(factors), "rotary_scaled")
+    }
+
+    /// Rotary embedding with optional frequency factors, for `op`.
+    fn rotate(&self, positions: &[usize], theta: f32, factors: Option<&[f32]>, op: &'static str) -> Result<Tensor> {
+        let head_dim = check_rotary(self, positions, factors, op)?;
         let (seq, half) = (positions.len(), head_dim / 2);
-        let (cos, sin) = rotary_tables(positions, head_dim, theta);
-        let mut values = f32_values(self, OP)?;
+        let (cos, sin) = rotary_tables(positions, head_dim, theta, factors);
+        let mut values = f32_values(self, op)?;
         if head_dim == 0 {
             return f32_tensor(values, self.shape());
         }
@@ -125,55 +156,142 @@ impl Tensor {
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
     pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, key_mask: Option<&[bool]>) -> Result<Tensor> {
-        const OP: &str = "attention";
-        let AttentionShape { batch, heads, kv_heads, seq_q, seq_k, d, d_v } = check_attention(q, k, v, key_mask)?;
-        let (q, k, v) = (Dense::new(q, OP)?, Dense::new(k, OP)?, Dense::new(v, OP)?);
-        let group = heads / kv_heads.max(1);
-        let scale = 1.0 / (d as f32).sqrt();
-        let mut out = vec![0.0f32; batch * heads * seq_q * d_v];
-        let head_size = seq_q * d_v;
-        if head_size == 0 {
-            return f32_tensor(out, &[batch, heads, seq_q, d_v]);
-        }
-        // Keys a query may see under the causal mask: `j <= i + shift`.
-        let shift = seq_k as isize - seq_q as isize;
-        let run = |index: usize, dst: &mut [f32], threads: usize| {
-            let (b, h) = (index / heads, index % heads);
-            let kv = h / group;
-            let (qs, ks, vs) = (q.strides(), k.strides(), v.strides());
-            let query =
-                Matrix { data: q.data(), start: b * qs[0] + h * qs[1], row_stride: qs[2], column_stride: qs[3] };
-            // `kᵀ`: rows are features, columns are keys.
-            let keys =
-                Matrix { data: k.data(), start: b * ks[0] + kv * ks[1], row_stride: ks[3], column_stride: ks[2] };
-            let values =
-                Matrix { data: v.data(), start: b * vs[0] + kv * vs[1], row_stride: vs[2], column_stride: vs[3] };
-            let mut scores = vec![0.0f32; seq_q * seq_k];
-            product(query, keys, seq_q, d, seq_k, &mut scores, threads);
-            if seq_k == 0 {
-                dst.fill(0.0);
-                return;
-            }
-            let mask = key_mask.map(|mask| &mask[b * seq_k..(b + 1) * seq_k]);
-            for (i, row) in scores.chunks_mut(seq_k).enumerate() {
-                let last_visible = i as isize + shift;
-                for (j, score) in row.iter_mut().enumerate() {
-                    let hidden = (causal && j as isize > last_visible) || mask.is_some_and(|mask| !mask[j]);
-                    *score = if hidden { f32::NEG_INFINITY } else { *score * scale };
-                }
-                softmax_row(row);
-            }
-            let weights = Matrix { data: &scores, start: 0, row_stride: seq_k, column_stride: 1 };
-            product(weights, values, seq_q, seq_k, d_v, dst, threads);
-        };
-        let threads = rayon::current_num_threads();
-        if batch * heads >= threads && threads > 1 {
-            out.par_chunks_mut(head_size).enumerate().for_each(|(index, dst)| run(index, dst, 1));
-        } else {
-            out.chunks_mut(head_size).enumerate().for_each(|(index, dst)| run(index, dst, threads));
-        }
-        f32_tensor(out, &[batch, heads, seq_q, d_v])
+        attend(q, k, v, causal, key_mask, usize::MAX, "attention")
     }
+
+    /// [`Tensor::attention`] with the causal mask on, where a query also sees at most the
+    /// `window` most recent keys, itself included: the query at key index `p` (the queries are
+    /// the last `seq_q` of the `seq_k` keys) sees keys `j` with `p - window < j <= p`, as in the
+    /// local layers of Gemma 3 and Mistral. A `window` of `seq_k` or more is plain causal
+    /// attention; a `window` of 0 hides every key, so every query gets zeros.
+    ///
+    /// # Errors
+    /// As [`Tensor::attention`].
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::Tensor;
+    /// let q = Tensor::from_vec(vec![1.0f32; 3], &[1, 1, 3, 1])?;
+    /// let v = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[1, 1, 3, 1])?;
+    /// // With a window of 1 each query sees only its own key.
+    /// let out = Tensor::attention_windowed(&q, &q, &v, None, 1)?.to_vec::<f32>()?;
+    /// assert_eq!(out, [1.0, 2.0, 3.0]);
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn attention_windowed(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        key_mask: Option<&[bool]>,
+        window: usize,
+    ) -> Result<Tensor> {
+        attend(q, k, v, true, key_mask, window, "attention_windowed")
+    }
+}
+
+/// The frequency factors of Llama 3's rope scaling, one per rotary frequency (`head_dim / 2`),
+/// for [`Tensor::rotary_scaled`].
+///
+/// Transformers' `_compute_llama3_parameters` leaves the frequencies whose wavelength
+/// `2π / frequency` is under `original_context / high_freq_factor` as they are, divides those
+/// whose wavelength is over `original_context / low_freq_factor` by `factor`, and blends the two
+/// in between (`smooth = (original_context / wavelength - low_freq_factor) / (high_freq_factor -
+/// low_freq_factor)`); each factor here is the old frequency over the new one,
+/// `1 / ((1 - smooth) / factor + smooth)` in the blend. This is also what llama.cpp's converter
+/// stores as `rope_freqs.weight`, computed as it does, in f32.
+///
+/// # Examples
+/// ```
+/// // Llama 3.1 8B: 500000, factor 8, low 1, high 4, original context 8192.
+/// let factors = nnx_core::llama3_rope_factors(128, 500_000.0, 8.0, 1.0, 4.0, 8192);
+/// assert_eq!(factors.len(), 64);
+/// assert_eq!((factors[0], factors[63]), (1.0, 8.0));
+/// ```
+pub fn llama3_rope_factors(
+    head_dim: usize,
+    theta: f32,
+    factor: f32,
+    low_freq_factor: f32,
+    high_freq_factor: f32,
+    original_context: usize,
+) -> Vec<f32> {
+    let context = original_context as f32;
+    let (low_freq_wavelength, high_freq_wavelength) = (context / low_freq_factor, context / high_freq_factor);
+    inverse_frequencies(head_dim, theta)
+        .map(|frequency| {
+            let wavelength = 2.0 * std::f32::consts::PI / frequency;
+            if wavelength < high_freq_wavelength {
+                1.0
+            } else if wavelength > low_freq_wavelength {
+                factor
+            } else {
+                let smooth = (context / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
+}
+
+/// Attention (see [`Tensor::attention`]) where, under the causal mask, the query at key index
+/// `p` sees only the keys after `p - window` (`usize::MAX` for no window), for `op`.
+fn attend(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal: bool,
+    key_mask: Option<&[bool]>,
+    window: usize,
+    op: &'static str,
+) -> Result<Tensor> {
+    let AttentionShape { batch, heads, kv_heads, seq_q, seq_k, d, d_v } = check_attention(q, k, v, key_mask, op)?;
+    let (q, k, v) = (Dense::new(q, op)?, Dense::new(k, op)?, Dense::new(v, op)?);
+    let group = heads / kv_heads.max(1);
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut out = vec![0.0f32; batch * heads * seq_q * d_v];
+    let head_size = seq_q * d_v;
+    if head_size == 0 {
+        return f32_tensor(out, &[batch, heads, seq_q, d_v]);
+    }
+    // Keys query `i` may see under the causal mask: `i + shift - window < j <= i + shift`
+    // (a window past `seq_k` hides nothing more).
+    let shift = seq_k as isize - seq_q as isize;
+    let window = window.min(seq_k) as isize;
+    let run = |index: usize, dst: &mut [f32], threads: usize| {
+        let (b, h) = (index / heads, index % heads);
+        let kv = h / group;
+        let (qs, ks, vs) = (q.strides(), k.strides(), v.strides());
+        let query = Matrix { data: q.data(), start: b * qs[0] + h * qs[1], row_stride: qs[2], column_stride: qs[3] };
+        // `kᵀ`: rows are features, columns are keys.
+        let keys = Matrix { data: k.data(), start: b * ks[0] + kv * ks[1], row_stride: ks[3], column_stride: ks[2] };
+        let values = Matrix { data: v.data(), start: b * vs[0] + kv * vs[1], row_stride: vs[2], column_stride: vs[3] };
+        let mut scores = vec![0.0f32; seq_q * seq_k];
+        product(query, keys, seq_q, d, seq_k, &mut scores, threads);
+        if seq_k == 0 {
+            dst.fill(0.0);
+            return;
+        }
+        let mask = key_mask.map(|mask| &mask[b * seq_k..(b + 1) * seq_k]);
+        for (i, row) in scores.chunks_mut(seq_k).enumerate() {
+            let last_visible = i as isize + shift;
+            let first_visible = last_visible - window + 1;
+            for (j, score) in row.iter_mut().enumerate() {
+                let key = j as isize;
+                let hidden =
+                    (causal && (key > last_visible || key < first_visible)) || mask.is_some_and(|mask| !mask[j]);
+                *score = if hidden { f32::NEG_INFINITY } else { *score * scale };
+            }
+            softmax_row(row);
+        }
+        let weights = Matrix { data: &scores, start: 0, row_stride: seq_k, column_stride: 1 };
+        product(weights, values, seq_q, seq_k, d_v, dst, threads);
+    };
+    let threads = rayon::current_num_threads();
+    if batch * heads >= threads && threads > 1 {
+        out.par_chunks_mut(head_size).enumerate().for_each(|(index, dst)| run(index, dst, 1));
+    } else {
+        out.chunks_mut(head_size).enumerate().for_each(|(index, dst)| run(index, dst, threads));
+    }
+    f32_tensor(out, &[batch, heads, seq_q, d_v])
 }
 
 #[cfg(test)]
@@ -188,6 +306,19 @@ mod tests {
 
     /// Attention computed directly in f64, one query at a time.
     fn reference(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, key_mask: Option<&[bool]>) -> Vec<f64> {
+        windowed_reference(q, k, v, causal, key_mask, usize::MAX)
+    }
+
+    /// [`reference`] where, under the causal mask, the query at key index `p` also drops the
+    /// keys `j <= p - window`.
+    fn windowed_reference(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        causal: bool,
+        key_mask: Option<&[bool]>,
+        window: usize,
+    ) -> Vec<f64> {
         let [batch, heads, seq_q, d] = q.shape().try_into().unwrap();
         let [_, kv_heads, seq_k, _] = k.shape().try_into().unwrap();
         let d_v = v.shape()[3];
@@ -199,6 +330,7 @@ mod tests {
                 for i in 0..seq_q {
                     let visible: Vec<usize> = (0..seq_k)
                         .filter(|&j| !causal || j + seq_q <= i + seq_k)
+                        .filter(|&j| !causal || j.saturating_add(window).saturating_add(seq_q) > i + seq_k)
                         .filter(|&j| key_mask.is_none_or(|m| m[b * seq_k + j]))
                         .collect();
                     let scores: Vec<f64> = visible
@@ -319,6 +451,95 @@ mod tests {
         assert_eq!(half_precision.dtype(), DType::F32);
         assert!(matches!(x.rotary(&[0, 1], theta), Err(Error::LengthMismatch { .. })));
         assert!(matches!(random(&[1, 1, 2, 3], 16).rotary(&[0, 1], theta), Err(Error::BadShape { .. })));
+    }
+
+    #[test]
+    fn windowed_attention_matches_reference() {
+        // (heads, kv_heads, seq_q, seq_k, window): prefill, decoding against a cache, a window
+        // of one, windows at and past the keys, and more queries than keys.
+        let cases = [
+            (4, 2, 7, 7, 3),
+            (4, 1, 1, 9, 4),
+            (2, 2, 3, 8, 1),
+            (6, 3, 5, 11, 5),
+            (2, 1, 4, 4, 4),
+            (2, 2, 6, 4, 2),
+            (3, 3, 5, 5, 0),
+        ];
+        for (seed, &(heads, kv_heads, seq_q, seq_k, window)) in cases.iter().enumerate() {
+            let seed = 100 + 3 * seed as u64;
+            let q = random(&[2, heads, seq_q, 8], seed);
+            let k = random(&[2, kv_heads, seq_k, 8], seed + 1);
+            let v = random(&[2, kv_heads, seq_k, 4], seed + 2);
+            let out = Tensor::attention_windowed(&q, &k, &v, None, window).unwrap().to_vec::<f32>().unwrap();
+            assert_close(&out, &windowed_reference(&q, &k, &v, true, None, window), 1e-5);
+            // Padding at the start of the first sequence and in the middle of the second.
+            let mask: Vec<bool> =
+                (0..2 * seq_k).map(|j| if j < seq_k { j > 0 } else { j != seq_k + seq_k / 2 }).collect();
+            let out = Tensor::attention_windowed(&q, &k, &v, Some(&mask), window).unwrap().to_vec::<f32>().unwrap();
+            let expected = windowed_reference(&q, &k, &v, true, Some(&mask), window);
+            assert_close(&out, &expected, 1e-5);
+            assert!(out.iter().all(|x| x.is_finite()));
+        }
+    }
+
+    #[test]
+    fn a_window_over_every_key_is_causal_attention() {
+        let q = random(&[1, 4, 3, 8], 20);
+        let k = random(&[1, 2, 6, 8], 21);
+        let v = random(&[1, 2, 6, 8], 22);
+        let mask = [true, false, true, true, true, true];
+        let causal = Tensor::attention(&q, &k, &v, true, Some(&mask)).unwrap().to_vec::<f32>().unwrap();
+        for window in [6, 7, usize::MAX] {
+            let windowed = Tensor::attention_windowed(&q, &k, &v, Some(&mask), window).unwrap();
+            assert_eq!(windowed.to_vec::<f32>().unwrap(), causal);
+        }
+        let error = Tensor::attention_windowed(&q, &k, &v, Some(&[true]), 2).unwrap_err();
+        assert!(matches!(error, Error::LengthMismatch { op: "attention_windowed", .. }));
+    }
+
+    #[test]
+    fn rotary_scaled_divides_each_frequency() {
+        let (batch, heads, seq, head_dim) = (1, 2, 3, 8);
+        let x = random(&[batch, heads, seq, head_dim], 23);
+        let positions = [0, 7, 4000];
+        let theta = 500_000.0f32;
+        assert_eq!(
+            x.rotary_scaled(&positions, theta, &[1.0; 4]).unwrap().to_vec::<f32>().unwrap(),
+            x.rotary(&positions, theta).unwrap().to_vec::<f32>().unwrap()
+        );
+        let factors = [1.0f32, 2.5, 8.0, 0.5];
+        let out = x.rotary_scaled(&positions, theta, &factors).unwrap().to_vec::<f32>().unwrap();
+        let values = f64s(&x);
+        let half = head_dim / 2;
+        let mut expected = vec![0.0; values.len()];
+        for row in 0..batch * heads * seq {
+            let position = positions[row % seq] as f64;
+            for i in 0..half {
+                let frequency = f64::from(theta).powf(-2.0 * i as f64 / head_dim as f64) / f64::from(factors[i]);
+                let angle = position * frequency;
+                let (x1, x2) = (values[row * head_dim + i], values[row * head_dim + half + i]);
+                expected[row * head_dim + i] = x1 * angle.cos() - x2 * angle.sin();
+                expected[row * head_dim + half + i] = x2 * angle.cos() + x1 * angle.sin();
+            }
+        }
+        // Position 4000 turns by thousands of radians, where f32 angles are good to about 1e-4.
+        assert_close(&out, &expected, 1e-3);
+        let error = x.rotary_scaled(&positions, theta, &[1.0; 8]).unwrap_err();
+        assert!(matches!(error, Error::LengthMismatch { op: "rotary_scaled", expected: 4, found: 8, .. }));
+    }
+
+    #[test]
+    fn llama3_factors_match_the_converters() {
+        // From numpy in f32, as llama.cpp's `LlamaModel.generate_extra_tensors` computes them.
+        // With an original context of 32 (wavelengths 6.28, 32.4, 167, ..) no frequency is
+        // between the wavelengths 8 and 32, so the first stays and the rest are divided by 8.
+        assert_eq!(llama3_rope_factors(16, 500_000.0, 8.0, 1.0, 4.0, 32), [1.0, 8.0, 8.0, 8.0, 8.0, 8.0, 8.0, 8.0]);
+        // Blended: wavelength 32.4 between 16 and 64, smooth = (64 / 32.4 - 1) / 3.
+        let factors = llama3_rope_factors(16, 500_000.0, 8.0, 1.0, 4.0, 64);
+        assert_eq!(factors, [1.0, 2.442_259_6, 8.0, 8.0, 8.0, 8.0, 8.0, 8.0]);
+        let factors = llama3_rope_factors(16, 500_000.0, 8.0, 1.0, 4.0, 8192);
+        assert_eq!(factors, [1.0, 1.0, 1.0, 1.0, 2.694_53, 8.0, 8.0, 8.0]);
     }
 
     #[test]

@@ -24,6 +24,9 @@ mod matmul;
 #[cfg(feature = "kernels")]
 mod norm;
 
+#[cfg(feature = "kernels")]
+pub use attention::llama3_rope_factors;
+
 use crate::error::Result;
 #[cfg(feature = "kernels")]
 use crate::shape::check_parameter;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use nnx_core::{
-    Device, HookError, ImportOp, Module, Problem, ProblemKind, ProblemSource, Tensor, for_each_entry,
+    DType, Device, HookError, ImportOp, Module, Problem, ProblemKind, ProblemSource, Tensor, for_each_entry,
     for_each_entry_mut,
 };
 
@@ -39,7 +39,7 @@ fn entry_box(
                 cut(&mut boxed, axes[axis], split.parts, split.index);
             }
             ImportOp::Transpose if rank >= 2 => axes.swap(rank - 2, rank - 1),
-            ImportOp::Transpose => {}
+            ImportOp::Transpose | ImportOp::RopePermute(_) | ImportOp::Offset(_) => {}
         }
     }
     if let Some((axis, world, at)) = parallel {
@@ -47,6 +47,33 @@ fn entry_box(
     }
     let swapped = rank >= 2 && axes[rank - 1] != rank - 1;
     (boxed, swapped)
+}
+
+/// `tensor` with its rows back in the order the model reads: llama.cpp's converter stores each
+/// of `heads` groups of rotary rows as `[half, 2]` pairs, the model as `[2, half]`. Rows are
+/// moved whole, so packed rows of ggml blocks move as well as rows of floats.
+pub(super) fn unpermute_rope_rows(tensor: &Tensor, heads: usize) -> Result<Tensor> {
+    let rows = tensor.shape().first().copied().unwrap_or(0);
+    let half = rows / (2 * heads).max(1);
+    let bytes = tensor.contiguous().to_bytes()?.into_owned();
+    let row_bytes = bytes.len() / rows.max(1);
+    let mut out = vec![0u8; bytes.len()];
+    for group in 0..heads {
+        for pair in 0..2 {
+            for i in 0..half {
+                let to = (group * 2 * half + pair * half + i) * row_bytes;
+                let from = (group * 2 * half + i * 2 + pair) * row_bytes;
+                out[to..to + row_bytes].copy_from_slice(&bytes[from..from + row_bytes]);
+            }
+        }
+    }
+    Ok(Tensor::from_bytes(tensor.dtype(), tensor.shape(), &out)?)
+}
+
+/// `tensor` plus `value` everywhere, computed in f32 and given back in the tensor's dtype.
+pub(super) fn add_constant(tensor: &Tensor, value: f32) -> Result<Tensor> {
+    let values: Vec<f32> = tensor.to_dtype(DType::F32)?.to_vec::<f32>()?.into_iter().map(|x| x + value).collect();
+    Ok(Tensor::from_vec(values, tensor.shape())?.to_dtype(tensor.dtype())?)
 }
 
 /// The view with the last two axes swapped; tensors of rank below 2 are returned as they are.
@@ -136,6 +163,9 @@ impl Archive {
         let mut wants = Vec::new();
         for row in &plan.rows {
             let Action::Read { parallel_axis, .. } = &row.action else { continue };
+            if row.packed.is_some() {
+                continue;
+            }
             let (_, shape) = self.spec(&row.source)?.ok_or_else(|| self.no_entry_error(&row.source))?;
             let parallel = match (parallel_axis, &options.placement) {
                 (Some(axis), Some(placement)) => Some((*axis, placement.world_size, placement.rank)),
@@ -150,11 +180,23 @@ impl Archive {
         for (row, device) in plan.rows.iter().zip(&devices) {
             values.push(match &row.action {
                 Action::Read { cast, .. } => {
-                    let (tensor, swapped) = read.next().expect("one read per reading row");
-                    let mut tensor = if swapped { swap_last_two(tensor) } else { tensor };
+                    let mut tensor = if row.packed.is_some() {
+                        self.ggml(&row.source)?.data.reshape(&row.model_shape)?
+                    } else {
+                        let (tensor, swapped) = read.next().expect("one read per reading row");
+                        if swapped { swap_last_two(tensor) } else { tensor }
+                    };
+                    if let Some(heads) = row.heads {
+                        tensor = unpermute_rope_rows(&tensor, heads)?;
+                    }
                     if let Some(dtype) = cast {
                         tensor = tensor.to_dtype(*dtype)?;
                         report.cast.push(row.name.clone());
+                    }
+                    for op in &row.ops {
+                        if let ImportOp::Offset(value) = op {
+                            tensor = add_constant(&tensor, *value)?;
+                        }
                     }
                     report.imported.push(row.name.clone());
                     // On the host this shares the tensor; elsewhere it moves it, and the host

@@ -5,17 +5,19 @@ use std::collections::HashMap;
 use nnx_core::__private::{for_each_entry, join};
 use nnx_core::{ImportOp, Module, Tensor};
 
-use super::apply::swap_last_two;
+use super::apply::{add_constant, swap_last_two};
 use super::plan::resolve_axis;
 use crate::archive::Archive;
 use crate::error::{Error, ExportProblem, Result};
 
-/// Undoes the transposes among `ops` (in reverse order), for export; splits are undone by
-/// concatenation elsewhere.
-fn undo_transposes(ops: &[ImportOp], tensor: Tensor) -> Tensor {
-    ops.iter().rev().fold(tensor, |tensor, op| match op {
-        ImportOp::Transpose => swap_last_two(tensor),
-        ImportOp::Split(_) => tensor,
+/// Undoes the transposes and offsets among `ops` (in reverse order), for export; splits are
+/// undone by concatenation elsewhere, and the rotary permutation belongs to GGUF names, which
+/// export does not write.
+fn undo_transposes(ops: &[ImportOp], tensor: Tensor) -> Result<Tensor> {
+    ops.iter().rev().try_fold(tensor, |tensor, op| match op {
+        ImportOp::Transpose => Ok(swap_last_two(tensor)),
+        ImportOp::Offset(value) if !tensor.is_meta() => add_constant(&tensor, -value),
+        ImportOp::Split(_) | ImportOp::RopePermute(_) | ImportOp::Offset(_) => Ok(tensor),
     })
 }
 
@@ -38,6 +40,7 @@ impl Archive {
         let mut whole: HashMap<String, Tensor> = HashMap::new();
         let mut groups: HashMap<String, Group> = HashMap::new();
         let mut problems: Vec<ExportProblem> = Vec::new();
+        let mut failed: Option<Error> = None;
         for_each_entry(module, |slot, tensor| {
             if slot.tie.is_some() {
                 return;
@@ -57,10 +60,21 @@ impl Archive {
                     if !whole.contains_key(&source) {
                         order.push(source.clone());
                     }
-                    whole.insert(source, undo_transposes(before, tensor.clone()));
+                    match undo_transposes(before, tensor.clone()) {
+                        Ok(tensor) => {
+                            whole.insert(source, tensor);
+                        }
+                        Err(error) => failed = failed.take().or(Some(error)),
+                    }
                 }
                 Some(ImportOp::Split(split)) => {
-                    let piece = undo_transposes(after, tensor.clone());
+                    let piece = match undo_transposes(after, tensor.clone()) {
+                        Ok(piece) => piece,
+                        Err(error) => {
+                            failed = failed.take().or(Some(error));
+                            return;
+                        }
+                    };
                     let group = groups.entry(source.clone()).or_insert_with(|| {
                         order.push(source.clone());
                         Group {
@@ -78,9 +92,12 @@ impl Archive {
                     group.pieces[split.index] = Some(piece);
                     group.names.push(slot.name.to_string());
                 }
-                Some(ImportOp::Transpose) => unreachable!("position points at a split"),
+                Some(_) => unreachable!("position points at a split"),
             }
         });
+        if let Some(error) = failed {
+            return Err(error);
+        }
         let mut archive = Archive::new();
         for source in order {
             let tensor = if let Some(tensor) = whole.remove(&source) {
@@ -100,7 +117,7 @@ impl Archive {
                 let pieces: Vec<Tensor> = group.pieces.into_iter().flatten().collect();
                 let axis = resolve_axis(group.axis, pieces[0].rank()).unwrap_or(0);
                 let joined = Tensor::concat(&pieces, axis)?;
-                undo_transposes(&group.before, joined)
+                undo_transposes(&group.before, joined)?
             } else {
                 continue;
             };

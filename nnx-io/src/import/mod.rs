@@ -12,7 +12,7 @@ mod plan;
 
 use std::fmt;
 
-use nnx_core::{DType, Device, LoadError, Placement, Problem, Tensor};
+use nnx_core::{DType, Device, LoadError, Naming, Placement, Problem, Tensor};
 
 use crate::archive::Archive;
 use crate::error::Result;
@@ -105,6 +105,9 @@ pub struct ImportOptions {
     pub strict_coverage: bool,
     /// Cut chosen weights for one rank of a tensor-parallel group.
     pub placement: Option<TensorParallel>,
+    /// Which of the recorded source names to follow; `None` picks GGUF names for GGUF files
+    /// and transformers names for everything else.
+    pub naming: Option<Naming>,
     hooks: Vec<Hook>,
 }
 
@@ -114,6 +117,7 @@ impl fmt::Debug for ImportOptions {
         f.debug_struct("ImportOptions")
             .field("strict_coverage", &self.strict_coverage)
             .field("placement", &self.placement)
+            .field("naming", &self.naming)
             .field("hooks", &hooks)
             .finish()
     }
@@ -123,6 +127,13 @@ impl ImportOptions {
     /// Makes entries under the prefix that the model does not read an error.
     pub fn with_strict_coverage(mut self) -> ImportOptions {
         self.strict_coverage = true;
+        self
+    }
+
+    /// Follows `naming`'s source names whatever the file, such as GGUF names in a SafeTensors
+    /// file converted from GGUF with its names kept.
+    pub fn with_naming(mut self, naming: Naming) -> ImportOptions {
+        self.naming = Some(naming);
         self
     }
 

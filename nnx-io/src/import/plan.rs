@@ -4,10 +4,11 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 
-use nnx_core::__private::{for_each_entry, join, render_columns, suggest, under_prefix};
+use nnx_core::__private::{for_each_entry_named, join, render_columns, suggest, under_prefix};
+use nnx_core::quant::ggml::GgmlType;
 use nnx_core::{
-    DType, Device, ImportOp, LoadAction, LoadError, Module, OpChain, Problem, ProblemKind, ProblemSource, SourceOp,
-    TensorSlot,
+    DType, Device, ImportOp, LoadAction, LoadError, Module, Naming, OpChain, Problem, ProblemKind, ProblemSource,
+    SourceOp, TensorSlot,
 };
 
 use super::{Hook, ImportOptions};
@@ -48,6 +49,11 @@ pub(super) struct Row {
     pub(super) model_dtype: DType,
     pub(super) model_shape: Vec<usize>,
     stored: Option<(DType, Vec<usize>)>,
+    /// For a U8 model tensor over a GGUF entry: the entry's ggml type, whose blocks are read as
+    /// they are stored, one row of bytes per row of values.
+    pub(super) packed: Option<GgmlType>,
+    /// The head count of a `rope_permute`, from the GGUF metadata.
+    pub(super) heads: Option<usize>,
     pub(super) action: Action,
 }
 
@@ -64,6 +70,8 @@ impl Row {
             model_dtype: dtype,
             model_shape: shape.to_vec(),
             stored: None,
+            packed: None,
+            heads: None,
             action: Action::Invalid,
         }
     }
@@ -85,6 +93,8 @@ pub(super) fn source_ops(ops: &[ImportOp]) -> Vec<SourceOp> {
         .map(|op| match op {
             ImportOp::Split(split) => SourceOp::Split { axis: split.axis, index: split.index, parts: split.parts },
             ImportOp::Transpose => SourceOp::Transpose,
+            ImportOp::RopePermute(key) => SourceOp::RopePermute { key },
+            ImportOp::Offset(value) => SourceOp::Offset { value: *value },
         })
         .collect()
 }
@@ -108,6 +118,7 @@ fn apply_shape(ops: &[ImportOp], shape: &[usize]) -> Result<Vec<usize>, ProblemK
                     shape.swap(rank - 2, rank - 1);
                 }
             }
+            ImportOp::RopePermute(_) | ImportOp::Offset(_) => {}
         }
     }
     Ok(shape)
@@ -165,6 +176,11 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
+    /// The file's `general.architecture`, which prefixes its model keys.
+    fn architecture(&self) -> &str {
+        self.archive.gguf_metadata().and_then(|metadata| metadata.str("general.architecture")).unwrap_or("?")
+    }
+
     /// The action for one model tensor, or the one problem that stops it. Reads nothing but
     /// the headers already looked up in `row.stored`.
     fn plan_row(&self, row: &Row) -> Result<Action, Box<Problem>> {
@@ -207,6 +223,24 @@ impl Planner<'_> {
             Ok(result) => result,
             Err(kind) => return fail(kind),
         };
+        for op in &row.ops {
+            match op {
+                ImportOp::RopePermute(key) => {
+                    let Some(heads) = row.heads else {
+                        let key = format!("{}.attention.{key}", self.architecture());
+                        return fail(ProblemKind::MetadataKey { key, needed_for: "`rope_permute` groups the rows by" });
+                    };
+                    let rows = shape.first().copied().unwrap_or(0);
+                    if !rows.is_multiple_of(2 * heads) {
+                        return fail(ProblemKind::RopeRows { rows, heads });
+                    }
+                }
+                ImportOp::Offset(_) if !row.model_dtype.is_castable_float() => {
+                    return fail(ProblemKind::OffsetNotFloat { dtype: row.model_dtype });
+                }
+                _ => {}
+            }
+        }
         let mut parallel_axis = None;
         if let Some(placement) = &self.options.placement
             && let Some(axis) = placement.axis(&row.name, result.len())
@@ -393,8 +427,35 @@ impl Archive {
         options: &ImportOptions,
     ) -> Result<ImportPlan> {
         let mut rows = Vec::new();
-        for_each_entry(module, |slot, tensor| rows.push(Row::new(&slot, prefix, tensor.dtype(), tensor.shape())));
+        for_each_entry_named(module, self.naming(options), |slot, tensor| {
+            rows.push(Row::new(&slot, prefix, tensor.dtype(), tensor.shape()))
+        });
         self.plan_rows(rows, module.module_name(), prefix, options)
+    }
+
+    /// The naming an import follows: the options', else GGUF names for a GGUF file.
+    pub(super) fn naming(&self, options: &ImportOptions) -> Naming {
+        options.naming.unwrap_or(if self.gguf_metadata().is_some() { Naming::Gguf } else { Naming::Transformers })
+    }
+
+    /// `{arch}.attention.<key>` of the GGUF metadata, when it is a positive integer.
+    fn head_count(&self, key: &str) -> Option<usize> {
+        let metadata = self.gguf_metadata()?;
+        let arch = metadata.str("general.architecture")?;
+        metadata
+            .u64(&format!("{arch}.attention.{key}"))
+            .and_then(|heads| usize::try_from(heads).ok())
+            .filter(|&heads| heads > 0)
+    }
+
+    /// A U8 `[rows, row_bytes]` model tensor over a GGUF entry of `[rows, values]`: the entry's
+    /// ggml type when its rows of blocks are exactly that many bytes.
+    fn packed_type(&self, source: &str, model: (DType, &[usize]), stored: &(DType, Vec<usize>)) -> Option<GgmlType> {
+        self.gguf_metadata()?;
+        let (DType::U8, [rows, row_bytes]) = model else { return None };
+        let [stored_rows, values] = stored.1.as_slice() else { return None };
+        let ty = self.ggml_type(source).or_else(|| crate::gguf::ggml_type_of(stored.0))?;
+        (stored_rows == rows && ty.row_bytes(*values) == Some(*row_bytes)).then_some(ty)
     }
 
     fn plan_rows(&self, mut rows: Vec<Row>, target: &str, prefix: &str, options: &ImportOptions) -> Result<ImportPlan> {
@@ -403,8 +464,17 @@ impl Archive {
         for row in &mut rows {
             if row.tie.is_none() && !hooked.contains(row.name.as_str()) {
                 row.stored = self.spec(&row.source)?;
-                if row.stored.is_some() {
+                if let Some(stored) = &row.stored {
                     used.insert(row.source.clone());
+                    row.packed = self.packed_type(&row.source, (row.model_dtype, &row.model_shape), stored);
+                    if row.packed.is_some() {
+                        row.stored = Some((DType::U8, row.model_shape.clone()));
+                    }
+                }
+                if let Some(ImportOp::RopePermute(key)) =
+                    row.ops.iter().find(|op| matches!(op, ImportOp::RopePermute(_)))
+                {
+                    row.heads = self.head_count(key);
                 }
             }
         }

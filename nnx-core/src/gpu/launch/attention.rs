@@ -60,6 +60,12 @@ uniform! {
         /// Query `i` sees keys `j <= i + shift` under the causal mask (`seq_k - seq_q`, as i32).
         shift: u32,
         has_mask: u32,
+        /// Under the causal mask query `i` also sees only keys `j > i + shift - window` (at most
+        /// `seq_k`, which hides nothing more).
+        window: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
     }
 }
 
@@ -92,29 +98,50 @@ impl Tensor<Gpu> {
     /// does not have `seq` entries, [`Error::NotFloat`](crate::Error::NotFloat),
     /// [`Error::Meta`](crate::Error::Meta), [`Error::Gpu`](crate::Error::Gpu).
     pub fn rotary(&self, positions: &[usize], theta: f32) -> Result<Tensor<Gpu>> {
-        const OP: &str = "rotary";
-        let head_dim = check_rotary(self, positions)?;
+        self.rotate(positions, theta, None, "rotary")
+    }
+
+    /// Rotary position embedding with frequency `i` divided by `factors[i]`, turning by the same
+    /// f32 angles as the host (see [`Tensor::rotary_scaled`]).
+    ///
+    /// # Errors
+    /// As [`rotary`](Self::rotary), and [`Error::LengthMismatch`](crate::Error::LengthMismatch)
+    /// when `factors` does not have `head_dim / 2` entries.
+    pub fn rotary_scaled(&self, positions: &[usize], theta: f32, factors: &[f32]) -> Result<Tensor<Gpu>> {
+        self.rotate(positions, theta, Some(factors), "rotary_scaled")
+    }
+
+    /// Rotary embedding with optional frequency factors, for `op`: the angles come from the
+    /// host's tables, so the shader is the same with or without factors.
+    fn rotate(
+        &self,
+        positions: &[usize],
+        theta: f32,
+        factors: Option<&[f32]>,
+        op: &'static str,
+    ) -> Result<Tensor<Gpu>> {
+        let head_dim = check_rotary(self, positions, factors, op)?;
         let gpu = self.device();
-        let elements = count(gpu, OP, self.shape())?;
+        let elements = count(gpu, op, self.shape())?;
         let out = output(gpu, elements)?;
         if elements > 0 {
-            reach(gpu, OP, self.offset(), self.shape(), self.strides())?;
-            let (cos, sin) = rotary_tables(positions, head_dim, theta);
+            reach(gpu, op, self.offset(), self.shape(), self.strides())?;
+            let (cos, sin) = rotary_tables(positions, head_dim, theta, factors);
             let table: Vec<u32> = cos.iter().chain(&sin).map(|value| value.to_bits()).collect();
             let table = upload(gpu, &table)?;
             let mut params = RotaryParams {
-                pairs: word(gpu, OP, elements / 2)?,
-                half: word(gpu, OP, head_dim / 2)?,
-                kind: kind(self, OP)?,
-                offset: word(gpu, OP, self.offset())?,
+                pairs: word(gpu, op, elements / 2)?,
+                half: word(gpu, op, head_dim / 2)?,
+                kind: kind(self, op)?,
+                offset: word(gpu, op, self.offset())?,
                 ..RotaryParams::default()
             };
             // `check_rotary` made the input rank 4.
             for (axis, (&size, &stride)) in self.shape().iter().zip(self.strides()).enumerate() {
-                params.shape[axis] = word(gpu, OP, size)?;
-                params.strides[axis] = step(gpu, OP, size, stride)?;
+                params.shape[axis] = word(gpu, op, size)?;
+                params.strides[axis] = step(gpu, op, size, stride)?;
             }
-            let buffers = [storage(self, OP)?.into(), (&table).into(), (&out).into()];
+            let buffers = [storage(self, op)?.into(), (&table).into(), (&out).into()];
             launch(gpu, "rotary", ROTARY, &params, &buffers, (elements / 2) as u64)?;
         }
         Ok(gpu.tensor(Some(out), DType::F32, self.shape()))
@@ -253,28 +280,57 @@ pub(crate) fn attention(
     causal: bool,
     key_mask: Option<&[bool]>,
 ) -> Result<Tensor<Gpu>> {
-    const OP: &str = "attention";
-    let AttentionShape { batch, heads, kv_heads, seq_q, seq_k, d, d_v } = check_attention(q, k, v, key_mask)?;
-    same_device(OP, q, &[Some(k), Some(v)])?;
+    attend(q, k, v, causal, key_mask, usize::MAX, "attention")
+}
+
+/// Causal attention where a query also sees at most the `window` most recent keys (see
+/// [`Tensor::attention_windowed`]); [`Compute::attention_windowed`](crate::Compute::attention_windowed)
+/// on the GPU, a free function for the same reason as [`attention`].
+///
+/// # Errors
+/// As [`attention`].
+pub(crate) fn attention_windowed(
+    q: &Tensor<Gpu>,
+    k: &Tensor<Gpu>,
+    v: &Tensor<Gpu>,
+    key_mask: Option<&[bool]>,
+    window: usize,
+) -> Result<Tensor<Gpu>> {
+    attend(q, k, v, true, key_mask, window, "attention_windowed")
+}
+
+/// Attention where, under the causal mask, query `i` sees only the keys after
+/// `i + seq_k - seq_q - window` (`usize::MAX` for no window), for `op`.
+fn attend(
+    q: &Tensor<Gpu>,
+    k: &Tensor<Gpu>,
+    v: &Tensor<Gpu>,
+    causal: bool,
+    key_mask: Option<&[bool]>,
+    window: usize,
+    op: &'static str,
+) -> Result<Tensor<Gpu>> {
+    let AttentionShape { batch, heads, kv_heads, seq_q, seq_k, d, d_v } = check_attention(q, k, v, key_mask, op)?;
+    same_device(op, q, &[Some(k), Some(v)])?;
     let gpu = q.device();
     let shape = [batch, heads, seq_q, d_v];
-    let out = output(gpu, count(gpu, OP, &shape)?)?;
+    let out = output(gpu, count(gpu, op, &shape)?)?;
     // Without keys every query gets zeros, which the fresh buffer holds.
-    if count(gpu, OP, &shape)? == 0 || seq_k == 0 {
+    if count(gpu, op, &shape)? == 0 || seq_k == 0 {
         return Ok(gpu.tensor(Some(out), DType::F32, &shape));
     }
     for tensor in [q, k, v] {
-        reach(gpu, OP, tensor.offset(), tensor.shape(), tensor.strides())?;
+        reach(gpu, op, tensor.offset(), tensor.shape(), tensor.strides())?;
     }
     let group = heads / kv_heads;
-    let rows = count(gpu, OP, &[batch, heads, seq_q])?;
-    let scores = output(gpu, count(gpu, OP, &[rows, seq_k])?)?;
+    let rows = count(gpu, op, &[batch, heads, seq_q])?;
+    let scores = output(gpu, count(gpu, op, &[rows, seq_k])?)?;
     // Batch axes [batch, kv_heads, group]: query head `g * group + i` reads key head `g`.
     let batch_axes = [batch, kv_heads, group];
     let (qs, ks, vs) = (q.strides(), k.strides(), v.strides());
     let query = Operand {
-        binding: storage(q, OP)?.into(),
-        kind: kind(q, OP)?,
+        binding: storage(q, op)?.into(),
+        kind: kind(q, op)?,
         offset: q.offset(),
         batch: vec![qs[0], qs[1] * group, qs[1]],
         row: qs[2],
@@ -282,29 +338,31 @@ pub(crate) fn attention(
     };
     // `kᵀ`: rows over the features, columns over the keys.
     let keys = Operand {
-        binding: storage(k, OP)?.into(),
-        kind: kind(k, OP)?,
+        binding: storage(k, op)?.into(),
+        kind: kind(k, op)?,
         offset: k.offset(),
         batch: vec![ks[0], ks[1], 0],
         row: ks[3],
         column: ks[2],
     };
     let destination = Destination { buffer: &scores, offset: 0, row: seq_k };
-    product(gpu, OP, query, keys, None, &batch_axes, [seq_q, d, seq_k], destination)?;
+    product(gpu, op, query, keys, None, &batch_axes, [seq_q, d, seq_k], destination)?;
 
     let words: Vec<u32> = key_mask.map_or_else(|| vec![1], |mask| mask.iter().map(|&keep| u32::from(keep)).collect());
     let mask = upload(gpu, &words)?;
     // Query `i` sees keys `j <= i + shift`; both lengths fit 31 bits (checked as words).
-    let shift = word(gpu, OP, seq_k)? as i32 - word(gpu, OP, seq_q)? as i32;
+    let shift = word(gpu, op, seq_k)? as i32 - word(gpu, op, seq_q)? as i32;
     let params = AttentionParams {
-        rows: word(gpu, OP, rows)?,
-        seq_q: word(gpu, OP, seq_q)?,
-        seq_k: word(gpu, OP, seq_k)?,
-        per_batch: word(gpu, OP, heads * seq_q)?,
+        rows: word(gpu, op, rows)?,
+        seq_q: word(gpu, op, seq_q)?,
+        seq_k: word(gpu, op, seq_k)?,
+        per_batch: word(gpu, op, heads * seq_q)?,
         scale: (1.0 / (d as f32).sqrt()).to_bits(),
         causal: u32::from(causal),
         shift: shift as u32,
         has_mask: u32::from(key_mask.is_some()),
+        window: word(gpu, op, window.min(seq_k))?,
+        ..AttentionParams::default()
     };
     launch(gpu, "attention", ATTENTION, &params, &[(&scores).into(), (&mask).into()], rows as u64 * 256)?;
 
@@ -317,15 +375,15 @@ pub(crate) fn attention(
         column: 1,
     };
     let values = Operand {
-        binding: storage(v, OP)?.into(),
-        kind: kind(v, OP)?,
+        binding: storage(v, op)?.into(),
+        kind: kind(v, op)?,
         offset: v.offset(),
         batch: vec![vs[0], vs[1], 0],
         row: vs[2],
         column: vs[3],
     };
     let destination = Destination { buffer: &out, offset: 0, row: d_v };
-    product(gpu, OP, weights, values, None, &batch_axes, [seq_q, seq_k, d_v], destination)?;
+    product(gpu, op, weights, values, None, &batch_axes, [seq_q, seq_k, d_v], destination)?;
     Ok(gpu.tensor(Some(out), DType::F32, &shape))
 }
 

@@ -14,7 +14,7 @@ mod matmul;
 mod norm;
 mod quant;
 
-pub(crate) use attention::{attention, embedding};
+pub(crate) use attention::{attention, attention_windowed, embedding};
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;

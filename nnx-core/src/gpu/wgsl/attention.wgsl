@@ -1,6 +1,7 @@
 // The attention weights, in place: each row of scores `q · kᵀ` (one query) is scaled by
-// `1/sqrt(d)`, keys hidden by the causal or padding mask are dropped, and the rest go through a
-// stable softmax. A query that sees no key gets zeros. One workgroup per row.
+// `1/sqrt(d)`, keys hidden by the causal mask (and its window) or the padding mask are dropped,
+// and the rest go through a stable softmax. A query that sees no key gets zeros. One workgroup
+// per row.
 
 struct Params {
     rows: u32,
@@ -13,6 +14,12 @@ struct Params {
     // Query `i` sees keys `j <= i + shift` under the causal mask (`seq_k - seq_q`, as i32).
     shift: u32,
     has_mask: u32,
+    // Under the causal mask query `i` also sees only keys `j > i + shift - window` (at most
+    // `seq_k`, which hides nothing more).
+    window: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -21,8 +28,11 @@ struct Params {
 @group(0) @binding(2) var<storage, read> key_mask: array<u32>;
 
 fn visible(batch: u32, query: u32, key: u32) -> bool {
-    if params.causal != 0u && i32(key) > i32(query) + bitcast<i32>(params.shift) {
-        return false;
+    if params.causal != 0u {
+        let last = i32(query) + bitcast<i32>(params.shift);
+        if i32(key) > last || i32(key) <= last - i32(params.window) {
+            return false;
+        }
     }
     return params.has_mask == 0u || key_mask[batch * params.seq_k + key] != 0u;
 }

@@ -1,0 +1,385 @@
+//! One loader for the model files people download: a GGUF file (llama.cpp's names, ggml
+//! blocks kept packed), a transformers folder (safetensors, sharded or not) or an
+//! mlx-community folder (MLX affine weights), local or `hf://`. The architecture comes from
+//! `general.architecture` or `config.json`'s `model_type`, the weights kind from the files.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
+use nnx_core::quant::{AffineSpec, QuantizedLinear};
+
+use super::gemma3::{Gemma3, Gemma3Config};
+use super::gpt2::{Gpt2, Gpt2Config};
+use super::llama::{Llama, LlamaConfig};
+use super::qwen::{Qwen, QwenConfig};
+use super::{Affine, CausalLm, Ggml};
+use crate::generate::{ChatTemplate, GenerationConfig, KvCache, Tokenizer};
+use crate::nn::Linear;
+use crate::{Archive, DType, Device, Error, Host, Module, Naming, Result, Tensor};
+
+/// A model ready to run, with what running it needs from its files.
+pub struct LoadedModel<D: Device = Host> {
+    /// The model, on its device.
+    pub model: Box<dyn CausalLm<Device = D>>,
+    /// The family: `llama`, `qwen2`, `qwen3`, `gemma3` or `gpt2`.
+    pub architecture: String,
+    /// How the weights are stored, in a few words (`bf16`, `ggml q8_0 (14), f32 (5)`).
+    pub weights: String,
+    /// The tokenizer of the files.
+    pub tokenizer: Tokenizer,
+    /// The chat template, when the files have one.
+    pub chat_template: Option<ChatTemplate>,
+    /// End-of-sequence ids and sampling defaults from the files.
+    pub generation: GenerationConfig,
+    /// The BOS the tokenizer adds in front of a text, if any.
+    pub bos_token_id: Option<u32>,
+}
+
+impl<D: Device> std::fmt::Debug for LoadedModel<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedModel")
+            .field("architecture", &self.architecture)
+            .field("weights", &self.weights)
+            .field("chat_template", &self.chat_template.is_some())
+            .field("generation", &self.generation)
+            .field("bos_token_id", &self.bos_token_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: crate::Device> CausalLm for Box<dyn CausalLm<Device = D>> {
+    type Device = D;
+
+    fn logits(&self, ids: &[u32]) -> Result<Tensor> {
+        (**self).logits(ids)
+    }
+
+    fn context_length(&self) -> usize {
+        (**self).context_length()
+    }
+
+    fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache<D>> {
+        (**self).new_cache(batch, capacity)
+    }
+
+    fn forward_cached(&self, ids: &[u32], cache: &mut KvCache<D>) -> Result<Tensor> {
+        (**self).forward_cached(ids, cache)
+    }
+}
+
+/// Loads `source` on the host: a GGUF file (or a folder holding one), a transformers or
+/// mlx-community folder, or an `hf://` path to either.
+///
+/// GGUF projections stay in their ggml blocks (Q4_K, Q8_0, ... and F32/F16/BF16), read by
+/// products that decode inside the product; embeddings and norms are decoded to f32. Folders
+/// load in the dtype of their weights (BF16 views of the file), or as MLX affine layers when
+/// `config.json` has a `quantization` key.
+///
+/// # Errors
+/// [`Error::Config`] for an architecture nnx does not run, the errors of reading the files,
+/// and the import's [`Error::Load`] listing every tensor that does not fit.
+pub fn load(source: &str) -> Result<LoadedModel> {
+    Files::open(source)?.load_host(&HostTarget)
+}
+
+/// [`load`] onto a GPU: the model is built there as meta tensors and each weight is uploaded
+/// as it is imported.
+///
+/// # Errors
+/// As [`load`], and the device's errors.
+#[cfg(feature = "gpu")]
+pub fn load_on(source: &str, gpu: &crate::Gpu) -> Result<LoadedModel<crate::Gpu>> {
+    Files::open(source)?.load_gpu(&GpuTarget(gpu.clone()))
+}
+
+/// The device a model is imported onto: a meta model is placed there, then imported, so that
+/// each weight goes to the device as it is read.
+trait Target<D: Device> {
+    fn device(&self) -> &D;
+
+    fn finish<M>(&self, model: M, archive: &Archive) -> Result<Box<dyn CausalLm<Device = D>>>
+    where
+        M: Module + crate::Place<D>,
+        M::Placed: Module<D> + CausalLm<Device = D> + 'static,
+    {
+        let mut placed = model.place_with(&mut crate::Placer::new(self.device()))?;
+        archive.import_into(&mut placed, "")?;
+        Ok(Box::new(placed))
+    }
+}
+
+struct HostTarget;
+
+impl Target<Host> for HostTarget {
+    fn device(&self) -> &Host {
+        &Host
+    }
+}
+
+#[cfg(feature = "gpu")]
+struct GpuTarget(crate::Gpu);
+
+#[cfg(feature = "gpu")]
+impl Target<crate::Gpu> for GpuTarget {
+    fn device(&self) -> &crate::Gpu {
+        &self.0
+    }
+}
+
+/// How the projections are stored.
+#[derive(Clone, Copy)]
+enum Kind {
+    Dense(DType),
+    Affine(AffineSpec),
+}
+
+/// The opened files of one model.
+struct Files {
+    /// The GGUF file or the folder.
+    path: PathBuf,
+    archive: Archive,
+}
+
+impl Files {
+    fn open(source: &str) -> Result<Files> {
+        let path = crate::hub::local_path(source)?;
+        let archive = Archive::open(&path)?;
+        Ok(Files { path, archive })
+    }
+}
+
+/// The loading steps for one device: the families' bounds on their device hold for the host
+/// and the GPU by name, not for any `D`, so the steps are written once and stamped per device.
+macro_rules! loader {
+    ($device:ty, $target:ty, $load:ident, $gguf:ident, $folder:ident) => {
+        impl Files {
+            fn $load(&self, target: &$target) -> Result<LoadedModel<$device>> {
+                match self.archive.gguf_metadata() {
+                    Some(metadata) => self.$gguf(metadata, target),
+                    None => self.$folder(target),
+                }
+            }
+
+            fn $gguf(&self, metadata: &crate::gguf::Metadata, target: &$target) -> Result<LoadedModel<$device>> {
+                let archive = &self.archive;
+                let tied = !archive.contains("output.weight");
+                let architecture = metadata.architecture().unwrap_or_default().to_string();
+                let model = match architecture.as_str() {
+                    "llama" => {
+                        let dense =
+                            Llama::new(&LlamaConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                        let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
+                        target.finish(ggml, archive)?
+                    }
+                    "qwen2" | "qwen3" => {
+                        let dense =
+                            Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                        let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
+                        target.finish(ggml, archive)?
+                    }
+                    "gemma3" => {
+                        let dense =
+                            Gemma3::new(&Gemma3Config::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                        let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
+                        target.finish(ggml, archive)?
+                    }
+                    other => return Err(unknown_architecture(&self.path, "`general.architecture`", other)),
+                };
+                let tokenizer = Tokenizer::from_gguf(metadata, &self.path)?;
+                let mut generation = GenerationConfig::default();
+                for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"]
+                {
+                    if let Some(id) = metadata.u64(key).and_then(|id| u32::try_from(id).ok())
+                        && !generation.eos_token_ids.contains(&id)
+                    {
+                        generation.eos_token_ids.push(id);
+                    }
+                }
+                let adds_bos = metadata.get("tokenizer.ggml.add_bos_token").and_then(|add| add.as_bool());
+                let bos = metadata.u64("tokenizer.ggml.bos_token_id").and_then(|id| u32::try_from(id).ok());
+                Ok(LoadedModel {
+                    model,
+                    architecture,
+                    weights: ggml_summary(archive),
+                    tokenizer,
+                    chat_template: ChatTemplate::from_gguf(metadata)?,
+                    generation,
+                    bos_token_id: bos.filter(|_| adds_bos.unwrap_or(false)),
+                })
+            }
+
+            fn $folder(&self, target: &$target) -> Result<LoadedModel<$device>> {
+                let dir = &self.path;
+                let config_path = dir.join("config.json");
+                let value: serde_json::Value = super::read_config(&config_path, |_, _| Ok(()))?;
+                let model_type = value.get("model_type").and_then(|kind| kind.as_str()).unwrap_or_default().to_string();
+                let kind = self.folder_kind(&value)?;
+                let archive = &self.archive;
+                let (architecture, model) = match model_type.as_str() {
+                    "llama" | "mistral" => {
+                        let dense =
+                            Llama::new(&LlamaConfig::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta);
+                        ("llama", self.assemble(dense, kind, target, |dense, f| dense.map_weights::<Affine>(f))?)
+                    }
+                    "qwen2" | "qwen3" => {
+                        let dense =
+                            Qwen::new(&QwenConfig::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta);
+                        let name = if model_type == "qwen2" { "qwen2" } else { "qwen3" };
+                        (name, self.assemble(dense, kind, target, |dense, f| dense.map_weights::<Affine>(f))?)
+                    }
+                    "gemma3_text" | "gemma3" => {
+                        let config = Gemma3Config::from_file(&config_path)?;
+                        let dense = Gemma3::new(&config, kind.dtype(), crate::nn::Init::Meta);
+                        ("gemma3", self.assemble(dense, kind, target, |dense, f| dense.map_weights::<Affine>(f))?)
+                    }
+                    "gpt2" => {
+                        let dense =
+                            Gpt2::new(&Gpt2Config::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta);
+                        ("gpt2", target.finish(dense, archive)?)
+                    }
+                    other => return Err(unknown_architecture(&config_path, "`model_type`", other)),
+                };
+                let tokenizer = Tokenizer::from_folder(dir)?;
+                let bos_token_id = tokenizer.encode("")?.first().copied();
+                Ok(LoadedModel {
+                    model,
+                    architecture: architecture.to_string(),
+                    weights: match kind {
+                        Kind::Dense(dtype) => dtype.to_string().to_lowercase(),
+                        Kind::Affine(spec) => format!("mlx affine {}-bit, groups of {}", spec.bits, spec.group_size),
+                    },
+                    tokenizer,
+                    chat_template: ChatTemplate::from_folder(dir)?,
+                    generation: GenerationConfig::from_folder(dir)?,
+                    bos_token_id,
+                })
+            }
+        }
+    };
+}
+
+loader!(Host, HostTarget, load_host, load_gguf_host, load_folder_host);
+#[cfg(feature = "gpu")]
+loader!(crate::Gpu, GpuTarget, load_gpu, load_gguf_gpu, load_folder_gpu);
+
+impl Files {
+    /// The dense model as it is, or with MLX affine layers over it (`affine` is the family's
+    /// `map_weights::<Affine>`).
+    fn assemble<D: Device, T: Target<D>, M, A>(
+        &self,
+        dense: M,
+        kind: Kind,
+        target: &T,
+        affine: impl FnOnce(&M, &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<A>,
+    ) -> Result<Box<dyn CausalLm<Device = D>>>
+    where
+        M: Module + crate::Place<D>,
+        M::Placed: Module<D> + CausalLm<Device = D> + 'static,
+        A: Module + crate::Place<D>,
+        A::Placed: Module<D> + CausalLm<Device = D> + 'static,
+    {
+        match kind {
+            Kind::Affine(spec) => {
+                let meta = |_: &str, linear: &Linear| {
+                    let [out, features] = linear.weight.shape() else { unreachable!("a linear weight is 2-D") };
+                    QuantizedLinear::meta(*features, *out, linear.bias.is_some(), spec, DType::BF16)
+                };
+                let quantized = affine(&dense, &meta)?;
+                target.finish(quantized, &self.archive)
+            }
+            Kind::Dense(_) => target.finish(dense, &self.archive),
+        }
+    }
+
+    /// Dense in the dtype of the embedding, or MLX affine when `config.json` says
+    /// `quantization`.
+    fn folder_kind(&self, config: &serde_json::Value) -> Result<Kind> {
+        if let Some(quantization) = config.get("quantization") {
+            let number = |key: &str| quantization.get(key).and_then(serde_json::Value::as_u64);
+            let (Some(bits), Some(group)) = (number("bits"), number("group_size")) else {
+                return Err(super::qwen::unusable(
+                    &self.path.join("config.json"),
+                    "`quantization` needs integer `bits` and `group_size`, as mlx-lm writes them".into(),
+                ));
+            };
+            return Ok(Kind::Affine(AffineSpec::new(bits as u32, group as usize)?));
+        }
+        let dtype = self
+            .archive
+            .names()
+            .find(|name| name.ends_with("embed_tokens.weight") || name.ends_with("wte.weight"))
+            .and_then(|name| self.archive.entry_spec(name).ok().flatten())
+            .map(|(dtype, _)| dtype)
+            .filter(|dtype| dtype.is_castable_float())
+            .unwrap_or(DType::F32);
+        Ok(Kind::Dense(dtype))
+    }
+}
+
+impl Kind {
+    fn dtype(self) -> DType {
+        match self {
+            Kind::Dense(dtype) => dtype,
+            Kind::Affine(_) => DType::BF16,
+        }
+    }
+}
+
+/// For `map_weights`: the meta [`GgmlLinear`] of each dense projection of `dense`, of the
+/// ggml type and shape its GGUF entry has.
+fn ggml_meta<'a, M: Module>(
+    archive: &'a Archive,
+    dense: &M,
+) -> Result<impl Fn(&str, &Linear) -> Result<GgmlLinear> + 'a> {
+    let mut sources: HashMap<String, String> = HashMap::new();
+    crate::for_each_entry_named(dense, Naming::Gguf, |slot, _| {
+        sources.insert(slot.name.to_string(), slot.source.to_string());
+    });
+    Ok(move |path: &str, linear: &Linear| {
+        let weight = format!("{path}.weight");
+        let source = sources.get(&weight).cloned().unwrap_or(weight);
+        let [out, features] = linear.weight.shape() else { unreachable!("a linear weight is 2-D") };
+        let ty = match archive.ggml_type(&source) {
+            Some(ty) => ty,
+            // A plain entry gives its dtype's type; a missing one is named by the import.
+            None => archive
+                .entry_spec(&source)?
+                .and_then(|(dtype, _)| crate::gguf::ggml_type_of(dtype))
+                .unwrap_or(GgmlType::F32),
+        };
+        let row_bytes = ty.row_bytes(*features).ok_or(Error::GgmlRow {
+            op: "load",
+            ty: ty.name(),
+            block_size: ty.block_size(),
+            values: *features,
+            bytes: 0,
+        })?;
+        let bias = linear.bias.as_ref().map(|_| Tensor::meta(DType::F32, &[*out]));
+        GgmlLinear::new(Tensor::meta(DType::U8, &[*out, row_bytes]), bias, ty, *features)
+    })
+}
+
+/// `ggml q8_0 (14), f32 (5)`: the types of a GGUF file's tensors, most common first.
+fn ggml_summary(archive: &Archive) -> String {
+    let mut counts: HashMap<&'static str, usize> = HashMap::new();
+    for name in archive.names() {
+        if let Some(ty) = archive.ggml_type(name) {
+            *counts.entry(ty.name()).or_default() += 1;
+        }
+    }
+    let mut counts: Vec<(&str, usize)> = counts.into_iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let parts: Vec<String> = counts.iter().map(|(ty, count)| format!("{} ({count})", ty.to_lowercase())).collect();
+    format!("ggml {}", parts.join(", "))
+}
+
+fn unknown_architecture(path: &Path, key: &str, found: &str) -> Error {
+    super::qwen::unusable(
+        path,
+        format!(
+            "{key} is `{found}`; nnx runs llama (and mistral), qwen2, qwen3, gemma3 and gpt2: \
+             convert the model to one of these or load it with its own type"
+        ),
+    )
+}

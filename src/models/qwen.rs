@@ -1,0 +1,994 @@
+//! Qwen2 and Qwen3 as Hugging Face stores them (`model.layers.N.self_attn.q_proj`, ...) and as
+//! llama.cpp's converter writes them to GGUF (`blk.N.attn_q`, ...): Llama's decoder (RMSNorm,
+//! a SwiGLU MLP, grouped-query attention, half-split rotary embeddings) with biases on the
+//! query, key and value projections (Qwen2, and Qwen3 when `attention_bias` says), per-head
+//! RMSNorms of the queries and keys (Qwen3), and an `lm_head` that may be the token embedding.
+
+use std::path::{Path, PathBuf};
+
+use super::llama::RopeParameters;
+use super::{Affine, Dense, Project, Weights};
+use crate::generate::KvCache;
+use crate::gguf::Metadata;
+use crate::nn::{Embedding, Init, Linear, RmsNorm};
+use crate::{Compute, DType, Device, Host, Module, Tensor};
+
+/// The fields of a Qwen2 or Qwen3 `config.json` (`model_type` `qwen2` or `qwen3`) that shape
+/// the model.
+///
+/// The fields nnx does not use are kept in [`extra`](QwenConfig::extra), so a configuration
+/// read and written again loses none of them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QwenConfig {
+    /// `qwen2` or `qwen3`: Qwen3 normalizes queries and keys per head and has a bias on its
+    /// projections only when [`attention_bias`](QwenConfig::attention_bias) says.
+    pub model_type: String,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// Number of layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention); defaults to the query heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_key_value_heads: Option<usize>,
+    /// Width of one head; defaults to `hidden_size / num_attention_heads` (Qwen3 gives it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
+    /// The longest sequence the model was trained for; generation caps its cache there
+    /// (32768 when absent, transformers' default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_position_embeddings: Option<usize>,
+    /// RMSNorm epsilon.
+    #[serde(default = "default_epsilon")]
+    pub rms_norm_eps: f32,
+    /// Whether `lm_head` is the token embedding (the checkpoint then has no `lm_head`).
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Qwen3: whether the query, key, value and output projections have biases (default
+    /// false). Qwen2 ignores it, as transformers does: its query, key and value projections
+    /// always have biases, its output projection never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_bias: Option<bool>,
+    /// Rotary base (older configs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f32>,
+    /// Rotary settings (transformers 5): the base and the scaling (`default` or `linear`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_parameters: Option<RopeParameters>,
+    /// Whether the layers [`layer_types`](QwenConfig::layer_types) marks as sliding attend to
+    /// the last [`sliding_window`](QwenConfig::sliding_window) keys only.
+    #[serde(default)]
+    pub use_sliding_window: bool,
+    /// The keys a sliding layer sees, itself included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<usize>,
+    /// Without `layer_types`: the layers from this one on slide (transformers' default 28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_window_layers: Option<usize>,
+    /// `sliding_attention` or `full_attention`, one per layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_types: Option<Vec<String>>,
+    /// Every other field of the file (`hidden_act`, token ids, `rope_scaling`, ...), as read:
+    /// nnx does not use them and writes them back.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+fn default_epsilon() -> f32 {
+    1e-6
+}
+
+/// The checks every configuration of this family shares with Llama's: sizes at least 1, the
+/// key/value heads dividing the query heads, an even head width, a bounded layer count and
+/// addressable weights.
+pub(crate) struct Shape {
+    pub(crate) hidden: usize,
+    pub(crate) inner: usize,
+    pub(crate) layers: usize,
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: Option<usize>,
+    pub(crate) head_dim: Option<usize>,
+    pub(crate) vocab: usize,
+}
+
+impl Shape {
+    pub(crate) fn check(&self, checks: &super::Checks<'_>) -> crate::Result<()> {
+        checks.positive("vocab_size", self.vocab)?;
+        checks.positive("hidden_size", self.hidden)?;
+        checks.positive("intermediate_size", self.inner)?;
+        checks.positive("num_attention_heads", self.heads)?;
+        if let Some(kv_heads) = self.kv_heads {
+            checks.positive("num_key_value_heads", kv_heads)?;
+            checks.divides("num_key_value_heads", kv_heads, ("num_attention_heads", self.heads))?;
+        }
+        let head_dim = match self.head_dim {
+            Some(head_dim) => {
+                checks.positive("head_dim", head_dim)?;
+                checks.even("head_dim", head_dim, "rotary position embeddings turn pairs of values")?;
+                head_dim
+            }
+            None => {
+                checks.divides("num_attention_heads", self.heads, ("hidden_size", self.hidden))?;
+                checks.even(
+                    "hidden_size / num_attention_heads",
+                    self.hidden / self.heads,
+                    "rotary position embeddings turn pairs of values",
+                )?;
+                self.hidden / self.heads
+            }
+        };
+        checks.at_most("num_hidden_layers", self.layers, super::MAX_LAYERS)?;
+        let kv_heads = self.kv_heads.unwrap_or(self.heads);
+        checks.addressable(
+            &[("num_attention_heads", self.heads), ("head_dim", head_dim)],
+            1,
+            &[&[self.heads, head_dim]],
+            &[],
+        )?;
+        checks.addressable(
+            &[
+                ("vocab_size", self.vocab),
+                ("hidden_size", self.hidden),
+                ("intermediate_size", self.inner),
+                ("num_attention_heads", self.heads),
+                ("head_dim", head_dim),
+            ],
+            self.layers,
+            &[
+                &[2, self.hidden, self.heads, head_dim],
+                &[2, self.hidden, kv_heads, head_dim],
+                &[3, self.hidden, self.inner],
+                &[6, self.hidden],
+            ],
+            &[&[2, self.vocab, self.hidden], &[1, self.hidden]],
+        )
+    }
+}
+
+/// A configuration that is not the model's: [`crate::Error::Config`] naming `path`.
+pub(crate) fn unusable(path: &Path, message: String) -> crate::Error {
+    crate::Error::Config { path: path.to_path_buf(), problem: crate::error::ConfigProblem::NotModelConfig { message } }
+}
+
+/// The factor of a linear rope scaling given by `settings` (`rope_type`, or the older `type`,
+/// and `factor`), or `None` for the default rotary embedding; `field` names the object in
+/// errors.
+///
+/// # Errors
+/// [`crate::Error::Config`] for another rope type (nnx computes `default` and `linear`),
+/// [`crate::Error::ConfigField`] for a factor that is not a positive number.
+pub(crate) fn linear_rope_factor(
+    settings: &serde_json::Map<String, serde_json::Value>,
+    field: &str,
+    path: &Path,
+) -> crate::Result<Option<f32>> {
+    let kind = settings.get("rope_type").or_else(|| settings.get("type")).and_then(|kind| kind.as_str());
+    match kind.unwrap_or("default") {
+        "default" => Ok(None),
+        "linear" => {
+            let factor = settings.get("factor").and_then(serde_json::Value::as_f64).unwrap_or(1.0) as f32;
+            if factor > 0.0 && factor.is_finite() {
+                Ok(Some(factor))
+            } else {
+                Err(crate::Error::ConfigField {
+                    path: path.to_path_buf(),
+                    field: format!("{field}.factor"),
+                    found: factor.max(0.0) as u64,
+                    rule: crate::error::ConfigRule::Positive,
+                })
+            }
+        }
+        other => Err(unusable(
+            path,
+            format!(
+                "`{field}` asks for `{other}` rotary embeddings; nnx computes the `default` and `linear` ones: \
+                 remove the scaling to run the model at its original context length"
+            ),
+        )),
+    }
+}
+
+/// The rotary embedding of a group of layers: its base and, for linear scaling, the factor
+/// every frequency is divided by.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Rotary {
+    pub(crate) theta: f32,
+    pub(crate) factors: Option<Vec<f32>>,
+}
+
+impl Rotary {
+    /// The base `theta` with every frequency of a `head_dim`-wide head divided by `factor`.
+    pub(crate) fn new(theta: f32, factor: Option<f32>, head_dim: usize) -> Rotary {
+        Rotary { theta, factors: factor.map(|factor| vec![factor; head_dim / 2]) }
+    }
+
+    /// `x` `[batch, heads, seq, head_dim]` turned to `positions`.
+    pub(crate) fn apply<T: Compute>(&self, x: &T, positions: &[usize]) -> crate::Result<T> {
+        match &self.factors {
+            Some(factors) => Compute::rotary_scaled(x, positions, self.theta, factors),
+            None => Compute::rotary(x, positions, self.theta),
+        }
+    }
+}
+
+/// Reads llama.cpp's hyperparameters `{arch}.*` from GGUF metadata, each failure naming the
+/// key.
+pub(crate) struct GgufKeys<'a> {
+    metadata: &'a Metadata,
+    arch: &'a str,
+}
+
+impl<'a> GgufKeys<'a> {
+    /// The keys of `metadata`, whose `general.architecture` must be one of `architectures`.
+    pub(crate) fn new(metadata: &'a Metadata, architectures: &[&str], reader: &str) -> crate::Result<GgufKeys<'a>> {
+        let arch = metadata.architecture().ok_or_else(|| GgufKeys::missing("general.architecture"))?;
+        if !architectures.contains(&arch) {
+            return Err(unusable(
+                &GgufKeys::origin(),
+                format!(
+                    "`general.architecture` is `{arch}`; {reader} reads {}",
+                    architectures.iter().map(|arch| format!("`{arch}`")).collect::<Vec<_>>().join(" and ")
+                ),
+            ));
+        }
+        Ok(GgufKeys { metadata, arch })
+    }
+
+    /// The architecture.
+    pub(crate) fn arch(&self) -> &'a str {
+        self.arch
+    }
+
+    /// What errors about GGUF metadata name as the configuration file.
+    pub(crate) fn origin() -> PathBuf {
+        PathBuf::from("GGUF metadata")
+    }
+
+    fn missing(key: &str) -> crate::Error {
+        crate::Error::NoEntry { origin: "the GGUF metadata".into(), name: key.to_string(), suggestion: None }
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.arch)
+    }
+
+    /// `{arch}.{suffix}` as a size, when present.
+    pub(crate) fn size(&self, suffix: &str) -> Option<usize> {
+        self.metadata.get(&self.key(suffix))?.as_usize()
+    }
+
+    /// `{arch}.{suffix}` as a size.
+    pub(crate) fn required_size(&self, suffix: &str) -> crate::Result<usize> {
+        self.size(suffix).ok_or_else(|| GgufKeys::missing(&self.key(suffix)))
+    }
+
+    /// `{arch}.{suffix}` as a number, when present.
+    pub(crate) fn number(&self, suffix: &str) -> Option<f32> {
+        Some(self.metadata.f64(&self.key(suffix))? as f32)
+    }
+
+    /// `{arch}.{suffix}` as a number.
+    pub(crate) fn required_number(&self, suffix: &str) -> crate::Result<f32> {
+        self.number(suffix).ok_or_else(|| GgufKeys::missing(&self.key(suffix)))
+    }
+
+    /// `{arch}.{suffix}` as it is stored, when present.
+    pub(crate) fn value(&self, suffix: &str) -> Option<&'a crate::gguf::Value> {
+        self.metadata.get(&self.key(suffix))
+    }
+
+    /// The vocabulary size: the length of `tokenizer.ggml.tokens`.
+    pub(crate) fn vocab_size(&self) -> crate::Result<usize> {
+        const TOKENS: &str = "tokenizer.ggml.tokens";
+        let tokens = self.metadata.get(TOKENS).and_then(|tokens| tokens.as_array());
+        tokens.map(|tokens| tokens.len()).ok_or_else(|| GgufKeys::missing(TOKENS))
+    }
+
+    /// The linear rope scaling factor of `{arch}.rope.scaling.*` (llama.cpp's type defaults
+    /// to linear, and a factor of 0 or none means no scaling).
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] for another scaling type.
+    pub(crate) fn linear_rope_factor(&self) -> crate::Result<Option<f32>> {
+        let factor = self.number("rope.scaling.factor").or_else(|| self.number("rope.scale_linear"));
+        let kind = self.value("rope.scaling.type").and_then(|kind| kind.as_str()).unwrap_or("linear");
+        match (kind, factor) {
+            ("none", _) | (_, None) => Ok(None),
+            (_, Some(factor)) if factor == 0.0 || factor == 1.0 => Ok(None),
+            ("linear", Some(factor)) if factor > 0.0 && factor.is_finite() => Ok(Some(factor)),
+            (kind, Some(factor)) => Err(unusable(
+                &GgufKeys::origin(),
+                format!(
+                    "`{}` is `{kind}` with factor {factor}; nnx computes linear rope scaling only",
+                    self.key("rope.scaling.type")
+                ),
+            )),
+        }
+    }
+}
+
+impl QwenConfig {
+    /// Reads a `config.json` and [checks](QwenConfig::check) it.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`], [`crate::Error::Config`], or [`crate::Error::ConfigField`] naming
+    /// the first field that cannot make a model.
+    pub fn from_file(path: impl AsRef<Path>) -> crate::Result<QwenConfig> {
+        super::read_config(path.as_ref(), QwenConfig::check)
+    }
+
+    /// The configuration llama.cpp's hyperparameters describe (`general.architecture` `qwen2`
+    /// or `qwen3`): `{arch}.block_count`, `.embedding_length`, `.feed_forward_length`,
+    /// `.attention.head_count` (and `_kv`), `.attention.key_length`,
+    /// `.attention.layer_norm_rms_epsilon`, `.rope.freq_base`, `.rope.scaling.*`,
+    /// `.context_length`, and the length of `tokenizer.ggml.tokens`.
+    ///
+    /// The metadata does not say whether the output projection is the token embedding: `tied`
+    /// says whether the file lacks `output.weight` (llama.cpp then uses the embedding).
+    ///
+    /// # Errors
+    /// [`crate::Error::NoEntry`] naming a key that is missing, [`crate::Error::Config`] for
+    /// another architecture or rope scaling, and the errors of [`QwenConfig::check`].
+    pub fn from_gguf(metadata: &Metadata, tied: bool) -> crate::Result<QwenConfig> {
+        let keys = GgufKeys::new(metadata, &["qwen2", "qwen3"], "`QwenConfig::from_gguf`")?;
+        let hidden_size = keys.required_size("embedding_length")?;
+        let num_attention_heads = keys.required_size("attention.head_count")?;
+        let rope_parameters = keys.linear_rope_factor()?.map(|factor| RopeParameters {
+            rope_theta: None,
+            extra: serde_json::json!({"rope_type": "linear", "factor": factor})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        });
+        let config = QwenConfig {
+            model_type: keys.arch().to_string(),
+            vocab_size: keys.vocab_size()?,
+            hidden_size,
+            intermediate_size: keys.required_size("feed_forward_length")?,
+            num_hidden_layers: keys.required_size("block_count")?,
+            num_attention_heads,
+            num_key_value_heads: keys.size("attention.head_count_kv"),
+            head_dim: keys.size("attention.key_length"),
+            max_position_embeddings: keys.size("context_length"),
+            rms_norm_eps: keys.required_number("attention.layer_norm_rms_epsilon")?,
+            tie_word_embeddings: tied,
+            attention_bias: None,
+            rope_theta: keys.number("rope.freq_base"),
+            rope_parameters,
+            use_sliding_window: false,
+            sliding_window: None,
+            max_window_layers: None,
+            layer_types: None,
+            extra: serde_json::Map::new(),
+        };
+        config.check(&GgufKeys::origin())?;
+        Ok(config)
+    }
+
+    /// Checks that the configuration makes a model: `model_type` `qwen2` or `qwen3`, every
+    /// size at least 1, the key/value heads dividing the query heads, the query heads dividing
+    /// `hidden_size` when `head_dim` is not given, an even head width, at most
+    /// [`MAX_LAYERS`](super::MAX_LAYERS) layers, weights small enough to address, one
+    /// `layer_types` entry per layer, a positive sliding window when one is used, and a rope
+    /// scaling nnx computes (`default` or `linear`). `path` names the file in the error.
+    ///
+    /// # Errors
+    /// [`crate::Error::ConfigField`] naming the first field at fault, or
+    /// [`crate::Error::Config`] for another model type or rope scaling.
+    pub fn check(&self, path: &Path) -> crate::Result<()> {
+        if !matches!(self.model_type.as_str(), "qwen2" | "qwen3") {
+            return Err(unusable(
+                path,
+                format!("`model_type` is `{}`; `QwenConfig` reads `qwen2` and `qwen3`", self.model_type),
+            ));
+        }
+        let checks = super::Checks::new(path);
+        Shape {
+            hidden: self.hidden_size,
+            inner: self.intermediate_size,
+            layers: self.num_hidden_layers,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            vocab: self.vocab_size,
+        }
+        .check(&checks)?;
+        if let Some(context) = self.max_position_embeddings {
+            checks.positive("max_position_embeddings", context)?;
+        }
+        if let Some(types) = &self.layer_types {
+            check_layer_types(types, self.num_hidden_layers, path)?;
+        }
+        if self.use_sliding_window {
+            checks.positive("sliding_window", self.sliding_window.unwrap_or(0))?;
+        }
+        self.rope_factor_at(path)?;
+        Ok(())
+    }
+
+    /// Whether the model is Qwen3 (per-head query and key norms).
+    pub fn is_qwen3(&self) -> bool {
+        self.model_type == "qwen3"
+    }
+
+    /// Whether the query, key and value projections have biases (and, for Qwen3, the output
+    /// projection): always for Qwen2, [`attention_bias`](QwenConfig::attention_bias) for Qwen3.
+    pub fn qkv_bias(&self) -> bool {
+        !self.is_qwen3() || self.attention_bias.unwrap_or(false)
+    }
+
+    /// Whether the output projection of attention has a bias (Qwen3 with `attention_bias`).
+    pub fn output_bias(&self) -> bool {
+        self.is_qwen3() && self.attention_bias.unwrap_or(false)
+    }
+
+    /// Width of one head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// Key/value heads.
+    pub fn kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    /// The rotary base: `rope_parameters.rope_theta`, else `rope_theta`, else 10000.
+    pub fn theta(&self) -> f32 {
+        self.rope_parameters.as_ref().and_then(|rope| rope.rope_theta).or(self.rope_theta).unwrap_or(10_000.0)
+    }
+
+    /// The linear rope scaling factor (`rope_parameters`, else the older `rope_scaling`), or
+    /// `None` without scaling.
+    pub fn rope_factor(&self) -> Option<f32> {
+        self.rope_factor_at(Path::new("config.json")).unwrap_or(None)
+    }
+
+    fn rope_factor_at(&self, path: &Path) -> crate::Result<Option<f32>> {
+        if let Some(rope) = &self.rope_parameters {
+            return linear_rope_factor(&rope.extra, "rope_parameters", path);
+        }
+        match self.extra.get("rope_scaling").and_then(|scaling| scaling.as_object()) {
+            Some(scaling) => linear_rope_factor(scaling, "rope_scaling", path),
+            None => Ok(None),
+        }
+    }
+
+    /// The keys layer `layer` sees: `Some(window)` when it slides, `None` for all of them.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        let window = self.sliding_window.filter(|_| self.use_sliding_window)?;
+        let sliding = match &self.layer_types {
+            Some(types) => types.get(layer).is_some_and(|kind| kind == SLIDING),
+            None => layer >= self.max_window_layers.unwrap_or(28),
+        };
+        sliding.then_some(window)
+    }
+
+    /// `max_position_embeddings`, or 32768 when absent.
+    pub fn context_length(&self) -> usize {
+        self.max_position_embeddings.unwrap_or(32_768)
+    }
+}
+
+/// The `layer_types` entry of a layer with a sliding window.
+pub(crate) const SLIDING: &str = "sliding_attention";
+/// The `layer_types` entry of a layer that sees every key.
+pub(crate) const FULL: &str = "full_attention";
+
+/// One entry per layer, each `sliding_attention` or `full_attention`.
+pub(crate) fn check_layer_types(types: &[String], layers: usize, path: &Path) -> crate::Result<()> {
+    if types.len() != layers {
+        return Err(crate::Error::ConfigField {
+            path: path.to_path_buf(),
+            field: "layer_types".into(),
+            found: types.len() as u64,
+            rule: crate::error::ConfigRule::OneOf { allowed: vec![layers as u64] },
+        });
+    }
+    match types.iter().position(|kind| kind != SLIDING && kind != FULL) {
+        Some(at) => Err(unusable(
+            path,
+            format!("`layer_types[{at}]` is `{}`; each entry is `{SLIDING}` or `{FULL}`", types[at]),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Grouped-query self-attention with biased projections (Qwen2) and per-head query and key
+/// norms (Qwen3), its projections stored as `W` says.
+#[derive(Module, Clone, Debug)]
+pub struct Attention<D: Device = Host, W: Weights = Dense> {
+    /// `hidden -> heads * head_dim`.
+    #[nnx(from = "q_proj", gguf = "attn_q")]
+    pub q: W::Layer<D>,
+    /// `hidden -> kv_heads * head_dim`.
+    #[nnx(from = "k_proj", gguf = "attn_k")]
+    pub k: W::Layer<D>,
+    /// `hidden -> kv_heads * head_dim`.
+    #[nnx(from = "v_proj", gguf = "attn_v")]
+    pub v: W::Layer<D>,
+    /// `heads * head_dim -> hidden`.
+    #[nnx(from = "o_proj", gguf = "attn_output")]
+    pub o: W::Layer<D>,
+    /// Qwen3: RMSNorm of each query head (over `head_dim`), before the rotary embedding.
+    #[nnx(gguf = "attn_q_norm")]
+    pub q_norm: Option<RmsNorm<D>>,
+    /// Qwen3: RMSNorm of each key head (over `head_dim`), before the rotary embedding.
+    #[nnx(gguf = "attn_k_norm")]
+    pub k_norm: Option<RmsNorm<D>>,
+}
+
+/// The gated feed-forward network: `down(act(gate(x)) * up(x))` (SiLU for Qwen, tanh GELU for
+/// Gemma 3).
+#[derive(Module, Clone, Debug)]
+pub struct Mlp<D: Device = Host, W: Weights = Dense> {
+    /// Gate projection.
+    #[nnx(from = "gate_proj", gguf = "ffn_gate")]
+    pub gate: W::Layer<D>,
+    /// Up projection.
+    #[nnx(from = "up_proj", gguf = "ffn_up")]
+    pub up: W::Layer<D>,
+    /// Down projection.
+    #[nnx(from = "down_proj", gguf = "ffn_down")]
+    pub down: W::Layer<D>,
+}
+
+impl<W: Weights> Mlp<Host, W> {
+    /// This MLP with its projections converted by `convert`, given each one's model path under
+    /// `path` (`layers.0.mlp`).
+    pub(crate) fn map<V: Weights>(
+        &self,
+        path: &str,
+        convert: &impl Fn(&str, &W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
+    ) -> crate::Result<Mlp<Host, V>> {
+        Ok(Mlp {
+            gate: convert(&format!("{path}.gate"), &self.gate)?,
+            up: convert(&format!("{path}.up"), &self.up)?,
+            down: convert(&format!("{path}.down"), &self.down)?,
+        })
+    }
+}
+
+/// One decoder layer.
+#[derive(Module, Clone, Debug)]
+pub struct Layer<D: Device = Host, W: Weights = Dense> {
+    /// Norm before attention.
+    #[nnx(from = "input_layernorm", gguf = "attn_norm")]
+    pub attn_norm: RmsNorm<D>,
+    /// Self-attention.
+    #[nnx(from = "self_attn", gguf = "")]
+    pub attn: Attention<D, W>,
+    /// Norm before the MLP.
+    #[nnx(from = "post_attention_layernorm", gguf = "ffn_norm")]
+    pub mlp_norm: RmsNorm<D>,
+    /// Feed-forward network.
+    #[nnx(gguf = "")]
+    pub mlp: Mlp<D, W>,
+}
+
+/// Qwen2 or Qwen3 with its language-model head. `W` is how the projections (and the head) are
+/// stored: [`Dense`] as published, or packed by [`Qwen::quantize`] or [`Qwen::map_weights`].
+#[derive(Module, Clone, Debug)]
+pub struct Qwen<D: Device = Host, W: Weights = Dense> {
+    /// Token embeddings.
+    #[nnx(from = "model.embed_tokens", gguf = "token_embd")]
+    pub embed: Embedding<D>,
+    /// The layers.
+    #[nnx(from = "model.layers", gguf = "blk")]
+    pub layers: Vec<Layer<D, W>>,
+    /// Final norm.
+    #[nnx(from = "model.norm", gguf = "output_norm")]
+    pub norm: RmsNorm<D>,
+    /// Output projection; `None` when it is the token embedding
+    /// ([`QwenConfig::tie_word_embeddings`]).
+    #[nnx(gguf = "output")]
+    pub lm_head: Option<W::Layer<D>>,
+    /// The configuration.
+    #[nnx(skip)]
+    pub config: QwenConfig,
+}
+
+impl Qwen {
+    /// A model of `config` in `dtype`; [`Init::Meta`] allocates nothing, for importing.
+    pub fn new(config: &QwenConfig, dtype: DType, init: Init) -> Qwen {
+        let (hidden, head_dim) = (config.hidden_size, config.head_dim());
+        let (q_width, kv_width) = (config.num_attention_heads * head_dim, config.kv_heads() * head_dim);
+        let linear = |input: usize, output: usize, bias: bool, init: Init| {
+            Linear::builder(input, output).bias(bias).dtype(dtype).init(init).build()
+        };
+        let norm = |dim: usize| RmsNorm::builder(dim).eps(config.rms_norm_eps).dtype(dtype).init(init).build();
+        let (qkv_bias, output_bias) = (config.qkv_bias(), config.output_bias());
+        let layers = (0..config.num_hidden_layers)
+            .map(|layer| {
+                let init = init.at(&format!("layers.{layer}"));
+                Layer {
+                    attn_norm: norm(hidden),
+                    attn: Attention {
+                        q: linear(hidden, q_width, qkv_bias, init.at("attn.q")),
+                        k: linear(hidden, kv_width, qkv_bias, init.at("attn.k")),
+                        v: linear(hidden, kv_width, qkv_bias, init.at("attn.v")),
+                        o: linear(q_width, hidden, output_bias, init.at("attn.o")),
+                        q_norm: config.is_qwen3().then(|| norm(head_dim)),
+                        k_norm: config.is_qwen3().then(|| norm(head_dim)),
+                    },
+                    mlp_norm: norm(hidden),
+                    mlp: Mlp {
+                        gate: linear(hidden, config.intermediate_size, false, init.at("mlp.gate")),
+                        up: linear(hidden, config.intermediate_size, false, init.at("mlp.up")),
+                        down: linear(config.intermediate_size, hidden, false, init.at("mlp.down")),
+                    },
+                }
+            })
+            .collect();
+        Qwen {
+            embed: Embedding::builder(config.vocab_size, hidden).dtype(dtype).init(init.at("embed")).build(),
+            layers,
+            norm: norm(hidden),
+            lm_head: (!config.tie_word_embeddings)
+                .then(|| linear(hidden, config.vocab_size, false, init.at("lm_head"))),
+            config: config.clone(),
+        }
+    }
+
+    /// This model with every projection and the head quantized to MLX affine `bits`-bit values
+    /// in groups of `group_size` (as `mlx.nn.quantize` does; the embedding, a tied head and the
+    /// norms stay as they are).
+    ///
+    /// # Errors
+    /// As [`QuantizedLinear::from_linear`](crate::quant::QuantizedLinear::from_linear): an
+    /// unsupported width or group, or a width not a multiple of the group.
+    pub fn quantize(&self, bits: u32, group_size: usize) -> crate::Result<Qwen<Host, Affine>> {
+        self.map_weights(|_, linear| crate::quant::QuantizedLinear::from_linear(linear, bits, group_size))
+    }
+}
+
+impl<W: Weights> Qwen<Host, W> {
+    /// This model with every projection and the head turned into the layers of `V` by
+    /// `convert`, which is given each one's model path (`layers.0.attn.q`, `layers.0.mlp.down`,
+    /// `lm_head`) and the layer. The embedding, norms and configuration are cloned.
+    ///
+    /// # Errors
+    /// The first error of `convert`.
+    pub fn map_weights<V: Weights>(
+        &self,
+        convert: impl Fn(&str, &W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
+    ) -> crate::Result<Qwen<Host, V>> {
+        let layers = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(index, layer)| {
+                let (attn, path) = (&layer.attn, format!("layers.{index}"));
+                Ok(Layer {
+                    attn_norm: layer.attn_norm.clone(),
+                    attn: Attention {
+                        q: convert(&format!("{path}.attn.q"), &attn.q)?,
+                        k: convert(&format!("{path}.attn.k"), &attn.k)?,
+                        v: convert(&format!("{path}.attn.v"), &attn.v)?,
+                        o: convert(&format!("{path}.attn.o"), &attn.o)?,
+                        q_norm: attn.q_norm.clone(),
+                        k_norm: attn.k_norm.clone(),
+                    },
+                    mlp_norm: layer.mlp_norm.clone(),
+                    mlp: layer.mlp.map(&format!("{path}.mlp"), &convert)?,
+                })
+            })
+            .collect::<crate::Result<Vec<_>>>()?;
+        Ok(Qwen {
+            embed: self.embed.clone(),
+            layers,
+            norm: self.norm.clone(),
+            lm_head: self.lm_head.as_ref().map(|head| convert("lm_head", head)).transpose()?,
+            config: self.config.clone(),
+        })
+    }
+}
+
+/// Where the keys and values of one pass come from: the pass alone, or a cache the pass is
+/// appended to.
+pub(crate) struct Pass<'a, D: Device> {
+    /// Sequences, each `seq` of the ids.
+    pub(crate) batch: usize,
+    /// The rotary position of each id, row-major.
+    pub(crate) positions: Vec<usize>,
+    /// The keys each query may see (padding hidden), `batch * (cached + seq)` row-major.
+    pub(crate) key_mask: Option<Vec<bool>>,
+    /// The cache, when decoding.
+    pub(crate) cache: Option<&'a mut KvCache<D>>,
+}
+
+impl<'a, D: Device> Pass<'a, D>
+where
+    Tensor<D>: Compute,
+{
+    /// One sequence of `seq` ids, without a cache.
+    pub(crate) fn alone(seq: usize) -> Pass<'a, D> {
+        Pass { batch: 1, positions: (0..seq).collect(), key_mask: None, cache: None }
+    }
+
+    /// Rows of `ids` after the positions `cache` holds.
+    pub(crate) fn cached(ids: &[u32], cache: &'a mut KvCache<D>) -> crate::Result<Pass<'a, D>> {
+        let batch = cache.batch();
+        let seq = super::cached_rows(ids, batch)?;
+        Ok(Pass { batch, positions: cache.positions(seq), key_mask: cache.key_mask(seq), cache: Some(cache) })
+    }
+
+    /// `t` `[batch * seq, heads * head_dim]` as `[batch, heads, seq, head_dim]`, each head
+    /// normalized by `norm` and turned by `rotary` when given.
+    pub(crate) fn heads(
+        &self,
+        t: &Tensor<D>,
+        heads: usize,
+        head_dim: usize,
+        norm: Option<&RmsNorm<D>>,
+        rotary: Option<&Rotary>,
+    ) -> crate::Result<Tensor<D>> {
+        let rows = t.shape()[0];
+        let seq = rows / self.batch;
+        let t = match norm {
+            Some(norm) => norm.forward(&Compute::reshape(t, &[rows, heads, head_dim])?)?,
+            None => t.clone(),
+        };
+        match rotary {
+            // Rotary takes one position per row of its sequence axis, so the batch joins that
+            // axis while the positions are applied (each sequence has its own).
+            Some(rotary) => {
+                let joined = Compute::reshape(&t, &[1, rows, heads, head_dim])?.permute(&[0, 2, 1, 3])?;
+                let turned = rotary.apply(&joined, &self.positions)?;
+                Compute::reshape(&turned, &[heads, self.batch, seq, head_dim])?.permute(&[1, 0, 2, 3])
+            }
+            None => Compute::reshape(&t, &[self.batch, seq, heads, head_dim])?.permute(&[0, 2, 1, 3]),
+        }
+    }
+
+    /// Attention of `q` over `k` and `v` (appended to the cache's layer `layer` first, when
+    /// there is a cache), causal, over the last `window` keys when given; the result as
+    /// `[batch * seq, heads * head_dim]`.
+    pub(crate) fn attend(
+        &mut self,
+        layer: usize,
+        q: &Tensor<D>,
+        k: Tensor<D>,
+        v: Tensor<D>,
+        window: Option<usize>,
+    ) -> crate::Result<Tensor<D>> {
+        let (keys, values) = match self.cache.as_deref_mut() {
+            Some(cache) => cache.update(layer, &k, &v)?,
+            None => (k, v),
+        };
+        let key_mask = self.key_mask.as_deref();
+        let context = match window {
+            Some(window) => Compute::attention_windowed(q, &keys, &values, key_mask, window)?,
+            None => Compute::attention(q, &keys, &values, true, key_mask)?,
+        };
+        let (heads, seq, head_dim) = (q.shape()[1], q.shape()[2], q.shape()[3]);
+        Compute::reshape(&context.permute(&[0, 2, 1, 3])?, &[self.batch * seq, heads * head_dim])
+    }
+
+    /// Marks the pass's `seq` positions as cached, and keeps the last row of each sequence of
+    /// `h` `[batch * seq, hidden]`; without a cache, `h` as it is.
+    pub(crate) fn finish(&mut self, h: Tensor<D>) -> crate::Result<Tensor<D>> {
+        let Some(cache) = self.cache.as_deref_mut() else { return Ok(h) };
+        let (rows, hidden) = (h.shape()[0], h.shape()[1]);
+        let seq = rows / self.batch;
+        cache.advance(seq)?;
+        let last = Compute::reshape(&h, &[self.batch, seq, hidden])?.narrow(1, seq - 1, 1)?;
+        Compute::reshape(&last, &[self.batch, hidden])
+    }
+}
+
+impl<D: Device, W: Weights> Qwen<D, W>
+where
+    Tensor<D>: Compute,
+    W::Layer<D>: Project<D>,
+{
+    /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights of any
+    /// float dtype; activations in f32), on the model's device.
+    ///
+    /// # Errors
+    /// A token id past the vocabulary.
+    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor<D>> {
+        self.run(ids, Pass::alone(ids.len()))
+    }
+
+    /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,
+    /// row-major), `[batch, vocab]` in F32 on the model's device, computing only the new
+    /// positions: their keys and values go into `cache` (one entry per key/value head), and
+    /// rotary angles count from each sequence's first real token (see [`KvCache`]).
+    ///
+    /// # Errors
+    /// A token id past the vocabulary, `ids` that are not whole rows, or
+    /// [`Error::CacheFull`](crate::Error::CacheFull).
+    pub fn forward_with_cache(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor<D>> {
+        self.run(ids, Pass::cached(ids, cache)?)
+    }
+
+    fn run(&self, ids: &[u32], mut pass: Pass<'_, D>) -> crate::Result<Tensor<D>> {
+        let config = &self.config;
+        let (heads, kv_heads, head_dim) = (config.num_attention_heads, config.kv_heads(), config.head_dim());
+        let rotary = Rotary::new(config.theta(), config.rope_factor(), head_dim);
+        let mut h = self.embed.forward(ids)?;
+        for (index, layer) in self.layers.iter().enumerate() {
+            let attn = &layer.attn;
+            let x = layer.attn_norm.forward(&h)?;
+            let q = pass.heads(&attn.q.project(&x)?, heads, head_dim, attn.q_norm.as_ref(), Some(&rotary))?;
+            let k = pass.heads(&attn.k.project(&x)?, kv_heads, head_dim, attn.k_norm.as_ref(), Some(&rotary))?;
+            let v = pass.heads(&attn.v.project(&x)?, kv_heads, head_dim, None, None)?;
+            let context = pass.attend(index, &q, k, v, config.window(index))?;
+            h = h.add(&attn.o.project(&context)?)?;
+            let x = layer.mlp_norm.forward(&h)?;
+            let gated = layer.mlp.gate.project(&x)?.silu()?.mul(&layer.mlp.up.project(&x)?)?;
+            h = h.add(&layer.mlp.down.project(&gated)?)?;
+        }
+        let x = self.norm.forward(&pass.finish(h)?)?;
+        match &self.lm_head {
+            Some(head) => head.project(&x),
+            None => Compute::linear(&x, &self.embed.weight, None),
+        }
+    }
+}
+
+impl<D: Device, W: Weights> super::CausalLm for Qwen<D, W>
+where
+    Tensor<D>: Compute,
+    W::Layer<D>: Project<D>,
+{
+    type Device = D;
+
+    fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
+        Compute::to_host(&self.forward(ids)?)
+    }
+
+    /// [`QwenConfig::context_length`].
+    fn context_length(&self) -> usize {
+        self.config.context_length()
+    }
+
+    fn new_cache(&self, batch: usize, capacity: usize) -> crate::Result<KvCache<D>> {
+        super::check_capacity(capacity, self.context_length())?;
+        let config = &self.config;
+        KvCache::new(&self.embed.weight, self.layers.len(), batch, config.kv_heads(), config.head_dim(), capacity)
+    }
+
+    fn forward_cached(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor> {
+        Compute::to_host(&self.forward_with_cache(ids, cache)?)
+    }
+}
+
+/// A folder of `Qwen2ForCausalLM` (`model_type` `qwen2`), in the dtype of its weights.
+///
+/// `save_pretrained` writes the `model_type` and architecture of this implementation, so one
+/// type serves one model type: a Qwen3 folder is refused here (it would be saved as Qwen2).
+/// Load it with [`QwenConfig::from_file`], [`Qwen::new`] and
+/// [`Archive::import_into`](crate::Archive::import_into).
+impl crate::Pretrained for Qwen {
+    type Config = QwenConfig;
+    const MODEL_TYPE: &'static str = "qwen2";
+    const ARCHITECTURE: &'static str = "Qwen2ForCausalLM";
+
+    fn config(&self) -> &QwenConfig {
+        &self.config
+    }
+
+    fn build(config: &QwenConfig, dtype: DType) -> crate::Result<Qwen> {
+        Ok(Qwen::new(config, dtype, Init::Meta))
+    }
+
+    fn check_config(config: &QwenConfig, path: &Path) -> crate::Result<()> {
+        config.check(path)?;
+        if config.model_type != Self::MODEL_TYPE {
+            return Err(unusable(
+                path,
+                format!(
+                    "`model_type` is `{}`, and `Qwen::from_pretrained` reads `qwen2` folders (a save would \
+                     label the model `qwen2`): load it with `QwenConfig::from_file`, `Qwen::new` and \
+                     `Archive::import_into`",
+                    config.model_type
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{Array, Value};
+
+    fn config(model_type: &str) -> QwenConfig {
+        serde_json::from_value(serde_json::json!({
+            "model_type": model_type,
+            "vocab_size": 32,
+            "hidden_size": 16,
+            "intermediate_size": 24,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 6,
+            "tie_word_embeddings": true,
+            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn qwen3_has_head_norms_and_no_biases_qwen2_biases() {
+        let qwen3 = Qwen::new(&config("qwen3"), DType::F32, Init::Seeded(1));
+        let names: Vec<String> = qwen3.flat_state_dict().keys().map(str::to_string).collect();
+        assert!(names.contains(&"layers.0.attn.q_norm.weight".to_string()), "{names:?}");
+        assert!(!names.iter().any(|name| name.ends_with("bias") || name.starts_with("lm_head")), "{names:?}");
+        assert_eq!(qwen3.layers[0].attn.q.weight.shape(), [24, 16]);
+        let mut qwen2 = config("qwen2");
+        qwen2.head_dim = None;
+        let qwen2 = Qwen::new(&qwen2, DType::F32, Init::Meta);
+        assert!(qwen2.layers[0].attn.q.bias.is_some() && qwen2.layers[0].attn.o.bias.is_none());
+        assert!(qwen2.layers[0].attn.q_norm.is_none());
+    }
+
+    #[test]
+    fn the_cache_gives_the_logits_of_the_full_pass() {
+        let mut config = config("qwen3");
+        config.use_sliding_window = true;
+        config.sliding_window = Some(3);
+        config.max_window_layers = Some(1);
+        let model = Qwen::new(&config, DType::F32, Init::Seeded(3));
+        let ids = [1u32, 5, 9, 2, 30, 7];
+        let full = model.forward(&ids).unwrap().to_vec::<f32>().unwrap();
+        let mut cache = super::super::CausalLm::new_cache(&model, 1, 8).unwrap();
+        model.forward_with_cache(&ids[..4], &mut cache).unwrap();
+        model.forward_with_cache(&ids[4..5], &mut cache).unwrap();
+        let last = model.forward_with_cache(&ids[5..], &mut cache).unwrap().to_vec::<f32>().unwrap();
+        let expected = &full[5 * 32..];
+        let difference = last.iter().zip(expected).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(difference < 1e-5, "{difference}");
+    }
+
+    #[test]
+    fn checks_refuse_what_cannot_make_a_model() {
+        let path = Path::new("config.json");
+        let mut bad = config("qwen3");
+        bad.rope_parameters.as_mut().unwrap().extra.insert("rope_type".into(), "yarn".into());
+        assert!(matches!(bad.check(path), Err(crate::Error::Config { .. })));
+        let mut bad = config("qwen3");
+        bad.layer_types = Some(vec![FULL.into()]);
+        assert!(matches!(bad.check(path), Err(crate::Error::ConfigField { field, .. }) if field == "layer_types"));
+        assert!(matches!(config("llama").check(path), Err(crate::Error::Config { .. })));
+        assert_eq!(config("qwen3").rope_factor(), Some(2.0));
+    }
+
+    #[test]
+    fn gguf_metadata_makes_the_configuration() {
+        let mut metadata = Metadata::new();
+        metadata.set("general.architecture", Value::String("qwen3".into()));
+        for (key, value) in [
+            ("block_count", 2u32),
+            ("embedding_length", 16),
+            ("feed_forward_length", 24),
+            ("attention.head_count", 4),
+            ("attention.head_count_kv", 2),
+            ("attention.key_length", 6),
+            ("context_length", 64),
+        ] {
+            metadata.set(format!("qwen3.{key}"), Value::U32(value));
+        }
+        metadata.set("tokenizer.ggml.tokens", Value::Array(Array::String(vec!["a".into(); 32])));
+        let error = QwenConfig::from_gguf(&metadata, false).unwrap_err();
+        assert!(
+            matches!(&error, crate::Error::NoEntry { name, .. } if name == "qwen3.attention.layer_norm_rms_epsilon"),
+            "{error}"
+        );
+        metadata.set("qwen3.attention.layer_norm_rms_epsilon", Value::F32(1e-6));
+        metadata.set("qwen3.rope.freq_base", Value::F32(1e6));
+        let config = QwenConfig::from_gguf(&metadata, false).unwrap();
+        assert!(config.is_qwen3() && !config.qkv_bias());
+        assert_eq!((config.vocab_size, config.head_dim(), config.kv_heads(), config.theta()), (32, 6, 2, 1e6));
+        assert_eq!((config.context_length(), config.rope_factor()), (64, None));
+        metadata.set("general.architecture", Value::String("llama".into()));
+        assert!(matches!(QwenConfig::from_gguf(&metadata, false), Err(crate::Error::Config { .. })));
+    }
+}
