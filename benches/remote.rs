@@ -98,11 +98,13 @@ fn meta(config: &LlamaConfig, world: usize) -> Llama {
             .dtype(DType::BF16)
             .init(Init::Meta)
             .build();
-        model.lm_head = Linear::builder(config.hidden_size, config.vocab_size / world)
-            .bias(false)
-            .dtype(DType::BF16)
-            .init(Init::Meta)
-            .build();
+        model.lm_head = Some(
+            Linear::builder(config.hidden_size, config.vocab_size / world)
+                .bias(false)
+                .dtype(DType::BF16)
+                .init(Init::Meta)
+                .build(),
+        );
         for layer in &mut model.layers {
             let linear =
                 |input, output| Linear::builder(input, output).bias(false).dtype(DType::BF16).init(Init::Meta).build();

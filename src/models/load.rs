@@ -107,6 +107,37 @@ trait Target<D: Device> {
         archive.import_into(&mut placed, "")?;
         Ok(Box::new(placed))
     }
+
+    /// [`Target::finish`] for a model of ggml layers whose head `head` picks: a GGUF file
+    /// without `output.weight` ties the head to `token_embd.weight`, which then serves as the
+    /// head in its own blocks (the embedding itself is decoded to f32 for lookups), so that
+    /// the largest product of a decoded token reads the packed rows.
+    fn finish_ggml<M>(
+        &self,
+        model: M,
+        archive: &Archive,
+        head: fn(&mut M::Placed) -> &mut Option<GgmlLinear<D>>,
+    ) -> Result<Box<dyn CausalLm<Device = D>>>
+    where
+        M: Module + crate::Place<D>,
+        M::Placed: Module<D> + CausalLm<Device = D> + 'static,
+        GgmlLinear: crate::Place<D, Placed = GgmlLinear<D>>,
+    {
+        let mut placed = model.place_with(&mut crate::Placer::new(self.device()))?;
+        archive.import_into(&mut placed, "")?;
+        let slot = head(&mut placed);
+        if slot.is_none() {
+            let embedding = archive.ggml("token_embd.weight")?;
+            let (ty, shape) = (embedding.ty, embedding.shape.clone());
+            let [vocab, hidden] = shape[..] else {
+                return Err(Error::BadShape { op: "load", expected: "a token embedding of [vocab, hidden]", shape });
+            };
+            let row_bytes = embedding.data.shape()[0] / vocab.max(1);
+            let layer: GgmlLinear = GgmlLinear::new(embedding.data.reshape(&[vocab, row_bytes])?, None, ty, hidden)?;
+            *slot = Some(crate::Place::place_with(&layer, &mut crate::Placer::new(self.device()))?);
+        }
+        Ok(Box::new(placed))
+    }
 }
 
 struct HostTarget;
@@ -170,19 +201,19 @@ macro_rules! loader {
                         let dense =
                             Llama::new(&LlamaConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
-                        target.finish(ggml, archive)?
+                        target.finish_ggml(ggml, archive, |model: &mut Llama<$device, Ggml>| &mut model.lm_head)?
                     }
                     "qwen2" | "qwen3" => {
                         let dense =
                             Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
-                        target.finish(ggml, archive)?
+                        target.finish_ggml(ggml, archive, |model: &mut Qwen<$device, Ggml>| &mut model.lm_head)?
                     }
                     "gemma3" => {
                         let dense =
                             Gemma3::new(&Gemma3Config::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
-                        target.finish(ggml, archive)?
+                        target.finish_ggml(ggml, archive, |model: &mut Gemma3<$device, Ggml>| &mut model.lm_head)?
                     }
                     other => return Err(unknown_architecture(&self.path, "`general.architecture`", other)),
                 };

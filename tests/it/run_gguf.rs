@@ -96,3 +96,112 @@ fn quantized_gguf_files_decode_as_llama_cpp_does() {
         assert!(diff <= 0.05 * scale, "{name} {file}: logits differ from llama.cpp's by {diff}");
     }
 }
+
+#[test]
+fn transformers_folders_load_through_the_same_loader() {
+    for name in CASES {
+        let reference = json(case(name).join("reference.json"));
+        let (ours, loaded) = logits(name, "");
+        assert_eq!(loaded.weights, "bf16", "{name}: the folder's weights load as stored");
+        let diff = max_abs_diff(&ours, &floats(&reference["logits"]), name);
+        println!("{name} folder vs transformers: max abs difference {diff:e}");
+        assert!(diff <= 1e-4, "{name}: the folder's logits differ from transformers' by {diff}");
+        assert!(loaded.chat_template.is_some(), "{name}: the folder has a chat template");
+        assert!(!loaded.generation.eos_token_ids.is_empty(), "{name}: the folder names its end of sequence");
+    }
+}
+
+#[test]
+fn a_tied_gguf_head_reads_the_embedding_blocks() {
+    // Qwen2's fixture ties its head: the file has no `output.weight`, and the head is the
+    // Q8_0 embedding, as llama.cpp computes it.
+    let file = case("qwen2").join("model-q8_0.gguf");
+    let archive = nnx::Archive::open(&file).unwrap();
+    assert!(!archive.contains("output.weight"));
+    let reference = json(case("qwen2").join("reference.json"));
+    let loaded = nnx::models::load(file.to_str().unwrap()).unwrap();
+    let greedy = loaded.model.generate(&ids(&reference["ids"]), 4).unwrap();
+    assert_eq!(greedy.len(), 20);
+}
+
+#[test]
+fn a_gguf_of_an_unknown_architecture_is_refused_by_name() {
+    let dir = crate::util::scratch();
+    let path = dir.path().join("other.gguf");
+    let mut writer = nnx::gguf::GgufWriter::new();
+    writer.metadata_mut().set("general.architecture", nnx::gguf::Value::String("rwkv7".into()));
+    writer.write(&path).unwrap();
+    let error = nnx::models::load(path.to_str().unwrap()).unwrap_err().to_string();
+    assert!(error.contains("`rwkv7`") && error.contains("qwen2"), "{error}");
+}
+
+#[test]
+fn a_head_count_that_does_not_fit_the_rows_is_named() {
+    // Rewrite the F32 Llama file with a head count whose rotary groups do not divide q's rows.
+    let source = case("llama3").join("model-f32.gguf");
+    let archive = nnx::Archive::open(&source).unwrap();
+    let mut writer = nnx::gguf::GgufWriter::new();
+    *writer.metadata_mut() = archive.gguf_metadata().unwrap().clone();
+    writer.metadata_mut().set("llama.attention.head_count", nnx::gguf::Value::U32(6));
+    writer.metadata_mut().remove("general.alignment");
+    for name in archive.names() {
+        writer.add(name, archive.ggml(name).unwrap()).unwrap();
+    }
+    let dir = crate::util::scratch();
+    let path = dir.path().join("bad-heads.gguf");
+    writer.write(&path).unwrap();
+    let error = nnx::models::load(path.to_str().unwrap()).unwrap_err().to_string();
+    assert!(error.contains("blk.0.attn_q.weight") && error.contains("64 rows do not form 6 heads"), "{error}");
+}
+
+/// The logits of a Llama GGUF file computed from its blocks decoded to f32: the exact
+/// arithmetic that packed products approximate.
+fn decoded_llama_logits(name: &str, file: &str) -> Vec<f32> {
+    use nnx::models::llama::{Llama, LlamaConfig};
+    let archive = nnx::Archive::open(case(name).join(file)).unwrap();
+    let config = LlamaConfig::from_gguf(archive.gguf_metadata().unwrap(), !archive.contains("output.weight")).unwrap();
+    let mut dense = Llama::new(&config, nnx::DType::F32, nnx::nn::Init::Meta);
+    archive.import_into(&mut dense, "").unwrap();
+    let reference = json(case(name).join("reference.json"));
+    dense.forward(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn host_products_round_activations_as_llama_cpp_does() {
+    // The host's packed products round each activation row to 8-bit blocks, as llama.cpp's CPU
+    // products do: within a few percent of the decoded weights' exact logits, like llama.cpp.
+    for (name, file) in [("llama3", "model-q8_0.gguf"), ("llama3-wide", "model-q4_k_m.gguf")] {
+        let exact = decoded_llama_logits(name, file);
+        let (ours, _) = logits(name, file);
+        let theirs = floats(&json(case(name).join("llamacpp.json"))[file]["logits"]);
+        let scale = exact.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let (ours_gap, theirs_gap) = (max_abs_diff(&ours, &exact, name), max_abs_diff(&theirs, &exact, name));
+        println!("{name} {file}: nnx {ours_gap:e} and llama.cpp {theirs_gap:e} from the exact logits (up to {scale})");
+        assert!(ours_gap <= 0.06 * scale, "{name} {file}: {ours_gap}");
+    }
+}
+
+#[cfg(feature = "gpu")]
+#[test]
+fn gguf_models_run_on_the_gpu() {
+    let Some(gpu) = crate::gpu::gpu() else { return };
+    // The GPU's packed products keep activations in f32: the exact logits of the blocks.
+    for (name, file) in [("llama3", "model-q8_0.gguf"), ("llama3-wide", "model-q4_k_m.gguf")] {
+        let exact = decoded_llama_logits(name, file);
+        let reference = json(case(name).join("reference.json"));
+        let loaded = nnx::models::load_on(case(name).join(file).to_str().unwrap(), &gpu).unwrap();
+        let ours = loaded.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+        let diff = max_abs_diff(&ours, &exact, name);
+        println!("{name} {file} on the GPU vs its decoded blocks: max abs difference {diff:e}");
+        assert!(diff <= 1e-4, "{name} {file}: the GPU's logits differ by {diff}");
+    }
+    // F32 files of every family on the GPU give transformers' logits.
+    for name in CASES {
+        let reference = json(case(name).join("reference.json"));
+        let loaded = nnx::models::load_on(case(name).join("model-f32.gguf").to_str().unwrap(), &gpu).unwrap();
+        let ours = loaded.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+        let diff = max_abs_diff(&ours, &floats(&reference["logits"]), name);
+        println!("{name} model-f32.gguf on the GPU vs transformers: max abs difference {diff:e}");
+        assert!(diff <= 1e-4, "{name}: the GPU's logits differ from transformers' by {diff}");
+    }
+}

@@ -67,13 +67,13 @@ pub(super) fn unpermute_rope_rows(tensor: &Tensor, heads: usize) -> Result<Tenso
             }
         }
     }
-    Ok(Tensor::from_bytes(tensor.dtype(), tensor.shape(), &out)?)
+    Tensor::from_bytes(tensor.dtype(), tensor.shape(), &out)
 }
 
 /// `tensor` plus `value` everywhere, computed in f32 and given back in the tensor's dtype.
 pub(super) fn add_constant(tensor: &Tensor, value: f32) -> Result<Tensor> {
     let values: Vec<f32> = tensor.to_dtype(DType::F32)?.to_vec::<f32>()?.into_iter().map(|x| x + value).collect();
-    Ok(Tensor::from_vec(values, tensor.shape())?.to_dtype(tensor.dtype())?)
+    Tensor::from_vec(values, tensor.shape())?.to_dtype(tensor.dtype())
 }
 
 /// The view with the last two axes swapped; tensors of rank below 2 are returned as they are.
