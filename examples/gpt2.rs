@@ -1,8 +1,8 @@
-//! GPT-2: import a Hugging Face folder (fused `c_attn`, Conv1D layout, `lm_head` tied to the
-//! token embedding) into a meta model and generate text, streamed as it comes.
+//! GPT-2: load a Hugging Face folder (fused `c_attn`, Conv1D layout, `lm_head` tied to the
+//! token embedding) with `nnx::models::load` and generate text, streamed as it comes.
 //!
 //! ```text
-//! cargo run --release --example gpt2 -- [--model DIR] [--prompt TEXT | --ids 3,14,15]
+//! cargo run --release --example gpt2 -- [--model DIR|FILE.gguf|hf://...] [--prompt TEXT | --ids 3,14,15]
 //!     [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]
 //!     [--repetition-penalty R] [--seed S] [--stop TEXT]... [--device cpu|gpu] [--json]
 //! ```
@@ -18,13 +18,6 @@ mod causal_lm;
 
 use std::process::ExitCode;
 
-use nnx::DType;
-use nnx::models::gpt2::{Gpt2, Gpt2Config};
-use nnx::nn::Init;
-
 fn main() -> ExitCode {
-    causal_lm::main("gpt2-tiny", &[3, 14, 15, 92, 65, 35, 89, 79, 32, 38], |folder| {
-        let config = Gpt2Config::from_file(folder.join("config.json"))?;
-        Ok(Gpt2::new(&config, DType::F32, Init::Meta))
-    })
+    causal_lm::main("gpt2-tiny", &[3, 14, 15, 92, 65, 35, 89, 79, 32, 38])
 }

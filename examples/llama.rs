@@ -1,8 +1,10 @@
-//! Llama: import a Hugging Face folder (grouped-query attention, BF16 weights kept as BF16
-//! views of the file) into a meta model and generate text, streamed as it comes.
+//! Llama: load a Hugging Face folder (grouped-query attention, BF16 weights kept as BF16 views
+//! of the file) with `nnx::models::load` and generate text, streamed as it comes. The same
+//! command runs whatever the loader does: a GGUF file of Llama, Mistral, Qwen2/3 or Gemma 3,
+//! or an mlx-community folder.
 //!
 //! ```text
-//! cargo run --release --example llama -- [--model DIR] [--prompt TEXT | --ids 1,17,200]
+//! cargo run --release --example llama -- [--model DIR|FILE.gguf|hf://...] [--prompt TEXT | --ids 1,17,200]
 //!     [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]
 //!     [--repetition-penalty R] [--seed S] [--stop TEXT]... [--device cpu|gpu] [--json]
 //! ```
@@ -19,14 +21,6 @@ mod causal_lm;
 
 use std::process::ExitCode;
 
-use nnx::DType;
-use nnx::models::llama::{Llama, LlamaConfig};
-use nnx::nn::Init;
-
 fn main() -> ExitCode {
-    causal_lm::main("llama-tiny", &[1, 17, 200, 33, 5, 99, 250, 7], |folder| {
-        let config = LlamaConfig::from_file(folder.join("config.json"))?;
-        // BF16 checkpoints import as views of the file; other dtypes are cast on import.
-        Ok(Llama::new(&config, DType::BF16, Init::Meta))
-    })
+    causal_lm::main("llama-tiny", &[1, 17, 200, 33, 5, 99, 250, 7])
 }

@@ -1,5 +1,6 @@
-//! What the GPT-2 and Llama examples share: the command line, importing a Hugging Face folder
-//! into a meta model, and generating from a text prompt (or token ids) on the CPU or a GPU,
+//! What the GPT-2 and Llama examples share: the command line, loading the model with
+//! [`nnx::models::load`] (a transformers folder, a GGUF file, an mlx-community folder or an
+//! `hf://` path), and generating from a text prompt (or token ids) on the CPU or a GPU,
 //! streaming the text as the tokens arrive.
 
 use std::io::Write;
@@ -8,17 +9,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use nnx::generate::{GenerationConfig, Generator, Sampling, TextStream, Tokenizer};
-use nnx::models::CausalLm;
-use nnx::{Archive, Host, Module};
+use nnx::models::{CausalLm, LoadedModel};
 
 /// The command line of the causal language model examples.
 #[derive(Parser)]
 pub struct Args {
-    /// A folder with `config.json`, `model.safetensors` and, for text, `tokenizer.json`
+    /// A transformers or mlx-community folder, a GGUF file, or an `hf://` path to either
     /// (default: the example's fixture).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// The prompt, encoded with the folder's `tokenizer.json`.
+    /// The prompt, encoded with the model's tokenizer.
     #[arg(long, conflicts_with = "ids")]
     pub prompt: Option<String>,
     /// The prompt as token ids, comma-separated.
@@ -65,14 +65,9 @@ pub enum Device {
     Gpu,
 }
 
-/// Parses the command line and runs `build` (which makes the meta model of a folder) and the
-/// generation, reporting an error on stderr with exit code 1.
-pub fn main<M, B>(fixture: &str, default_ids: &[u32], build: B) -> ExitCode
-where
-    M: CausalLm<Device = Host> + Module + nnx::Place<GpuDevice>,
-    <M as nnx::Place<GpuDevice>>::Placed: CausalLm<Device = GpuDevice>,
-    B: FnOnce(&std::path::Path) -> nnx::Result<M>,
-{
+/// Parses the command line, loads the model and generates, reporting an error on stderr with
+/// exit code 1.
+pub fn main(fixture: &str, default_ids: &[u32]) -> ExitCode {
     let args = match Args::try_parse() {
         Ok(args) => args,
         Err(error) => {
@@ -80,11 +75,11 @@ where
             return ExitCode::from(if error.use_stderr() { 1 } else { 0 });
         }
     };
-    let folder = args
+    let model = args
         .model
         .clone()
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(fixture));
-    match run(&args, &folder, default_ids, build) {
+    match run(&args, &model.to_string_lossy(), default_ids) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", error.to_string().replace('\n', "; "));
@@ -93,46 +88,14 @@ where
     }
 }
 
-#[cfg(feature = "gpu")]
-type GpuDevice = nnx::Gpu;
-#[cfg(not(feature = "gpu"))]
-type GpuDevice = Host;
-
-fn run<M, B>(args: &Args, folder: &std::path::Path, default_ids: &[u32], build: B) -> nnx::Result<()>
-where
-    M: CausalLm<Device = Host> + Module + nnx::Place<GpuDevice>,
-    <M as nnx::Place<GpuDevice>>::Placed: CausalLm<Device = GpuDevice>,
-    B: FnOnce(&std::path::Path) -> nnx::Result<M>,
-{
-    let mut model = build(folder)?;
-    let report = Archive::open(folder)?.import_into(&mut model, "")?;
-    let mapped = model.flat_state_dict().iter().filter(|(_, tensor)| tensor.is_mapped()).count();
-    eprintln!(
-        "imported {} tensors ({} tied, {} cast) from {}; {mapped} are views of the mapped file",
-        report.imported.len(),
-        report.tied.len(),
-        report.cast.len(),
-        folder.display()
-    );
-    let tokenizer = match Tokenizer::from_folder(folder) {
-        Ok(tokenizer) => Some(tokenizer),
-        Err(error) if args.prompt.is_some() => return Err(error),
-        Err(_) => None,
-    };
-    let prompt = match (&args.prompt, &tokenizer) {
-        (Some(text), Some(tokenizer)) => tokenizer.encode(text)?,
-        _ if args.ids.is_empty() => default_ids.to_vec(),
-        _ => args.ids.clone(),
-    };
-    let config = settings(args, folder)?;
+fn run(args: &Args, source: &str, default_ids: &[u32]) -> nnx::Result<()> {
     match args.device {
-        Device::Cpu => generate(args, &model, &prompt, config, tokenizer.as_ref()),
+        Device::Cpu => generate(args, &nnx::models::load(source)?, source, default_ids),
         #[cfg(feature = "gpu")]
         Device::Gpu => {
             let gpu = nnx::Gpu::open(args.gpu_index)?;
-            eprintln!("placing the model on {}", nnx::Device::name(&gpu));
-            let placed = nnx::Place::place_with(&model, &mut nnx::Placer::new(&gpu))?;
-            generate(args, &placed, &prompt, config, tokenizer.as_ref())
+            eprintln!("loading the model onto {}", nnx::Device::name(&gpu));
+            generate(args, &nnx::models::load_on(source, &gpu)?, source, default_ids)
         }
         #[cfg(not(feature = "gpu"))]
         Device::Gpu => {
@@ -142,9 +105,8 @@ where
     }
 }
 
-/// The folder's generation settings with the command line's on top.
-fn settings(args: &Args, folder: &std::path::Path) -> nnx::Result<GenerationConfig> {
-    let mut config = GenerationConfig::from_folder(folder)?;
+/// The model's generation settings with the command line's on top.
+fn settings(args: &Args, mut config: GenerationConfig) -> nnx::Result<GenerationConfig> {
     if let Some(max_new_tokens) = args.max_new_tokens {
         config.max_new_tokens = max_new_tokens;
     }
@@ -174,16 +136,27 @@ fn settings(args: &Args, folder: &std::path::Path) -> nnx::Result<GenerationConf
     Ok(config)
 }
 
-/// Generates for one prompt on `model`'s device, streaming text (or ids, without a tokenizer)
-/// to stdout and the speeds to stderr, or printing one JSON object.
-fn generate<M: CausalLm>(
+/// Generates for one prompt on the model's device, streaming text to stdout and the speeds
+/// to stderr, or printing one JSON object.
+fn generate<D: nnx::Device>(
     args: &Args,
-    model: &M,
-    prompt: &[u32],
-    config: GenerationConfig,
-    tokenizer: Option<&Tokenizer>,
-) -> nnx::Result<()> {
-    let mut generator = Generator::new(model, &[prompt], config)?;
+    loaded: &LoadedModel<D>,
+    source: &str,
+    default_ids: &[u32],
+) -> nnx::Result<()>
+where
+    Box<dyn CausalLm<Device = D>>: CausalLm<Device = D>,
+{
+    eprintln!("loaded {} ({}, {} weights)", source, loaded.architecture, loaded.weights);
+    let tokenizer: Option<&Tokenizer> = Some(&loaded.tokenizer);
+    let prompt = match &args.prompt {
+        Some(text) => loaded.tokenizer.encode(text)?,
+        None if args.ids.is_empty() => default_ids.to_vec(),
+        None => args.ids.clone(),
+    };
+    let prompt = prompt.as_slice();
+    let config = settings(args, loaded.generation.clone())?;
+    let mut generator = Generator::new(&loaded.model, &[prompt], config)?;
     if let Some(tokenizer) = tokenizer {
         generator = generator.with_tokenizer(tokenizer);
     }
