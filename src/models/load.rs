@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
-use nnx_core::quant::{AffineSpec, QuantizedLinear};
+use nnx_core::quant::{AffineSpec, AffineWeight, QuantizedLinear};
 
 use super::gemma3::{Gemma3, Gemma3Config};
 use super::gpt2::{Gpt2, Gpt2Config};
@@ -16,7 +16,7 @@ use super::qwen::{Qwen, QwenConfig};
 use super::{Affine, CausalLm, Ggml};
 use crate::generate::{ChatTemplate, GenerationConfig, KvCache, Tokenizer};
 use crate::nn::Linear;
-use crate::{Archive, DType, Device, Error, Host, Module, Naming, Result, Tensor};
+use crate::{Archive, DType, Device, Error, Host, ImportOptions, Module, Naming, Result, Tensor};
 
 /// A model ready to run, with what running it needs from its files.
 pub struct LoadedModel<D: Device = Host> {
@@ -103,8 +103,21 @@ trait Target<D: Device> {
         M: Module + crate::Place<D>,
         M::Placed: Module<D> + CausalLm<Device = D> + 'static,
     {
+        self.finish_with(model, archive, &ImportOptions::default())
+    }
+
+    fn finish_with<M>(
+        &self,
+        model: M,
+        archive: &Archive,
+        options: &ImportOptions,
+    ) -> Result<Box<dyn CausalLm<Device = D>>>
+    where
+        M: Module + crate::Place<D>,
+        M::Placed: Module<D> + CausalLm<Device = D> + 'static,
+    {
         let mut placed = model.place_with(&mut crate::Placer::new(self.device()))?;
-        archive.import_into(&mut placed, "")?;
+        archive.import_into_with(&mut placed, "", options)?;
         Ok(Box::new(placed))
     }
 
@@ -312,15 +325,40 @@ impl Files {
     {
         match kind {
             Kind::Affine(spec) => {
+                let archive = &self.archive;
+                // Scales and biases as the folder stores them (mlx-lm keeps the model's dtype).
+                let scales = archive
+                    .names()
+                    .find(|name| name.ends_with(".scales"))
+                    .and_then(|name| archive.entry_spec(name).ok().flatten())
+                    .map_or(DType::BF16, |(dtype, _)| dtype);
                 let meta = |_: &str, linear: &Linear| {
                     let [out, features] = linear.weight.shape() else { unreachable!("a linear weight is 2-D") };
-                    QuantizedLinear::meta(*features, *out, linear.bias.is_some(), spec, DType::BF16)
+                    QuantizedLinear::meta(*features, *out, linear.bias.is_some(), spec, scales)
                 };
                 let quantized = affine(&dense, &meta)?;
-                target.finish(quantized, &self.archive)
+                target.finish_with(quantized, archive, &self.quantized_embedding(spec)?)
             }
             Kind::Dense(_) => target.finish(dense, &self.archive),
         }
+    }
+
+    /// mlx-lm quantizes the token embedding too (`embed_tokens.weight` packed, with `scales` and
+    /// `biases`): the model's float embedding is then imported through a hook that decodes it.
+    fn quantized_embedding(&self, spec: AffineSpec) -> Result<ImportOptions> {
+        const SOURCE: &str = "model.embed_tokens";
+        let options = ImportOptions::default();
+        let weight = format!("{SOURCE}.weight");
+        if !matches!(self.archive.entry_spec(&weight)?, Some((DType::U32, _))) {
+            return Ok(options);
+        }
+        let reads = [weight, format!("{SOURCE}.scales"), format!("{SOURCE}.biases")];
+        Ok(options.hook("embed.weight", reads.clone(), move |archive, context| {
+            let [weight, scales, biases] = &reads;
+            let packed =
+                AffineWeight::new(archive.try_get(weight)?, archive.try_get(scales)?, archive.try_get(biases)?, spec)?;
+            Ok(packed.dequantize()?.to_dtype(context.dtype)?)
+        }))
     }
 
     /// Dense in the dtype of the embedding, or MLX affine when `config.json` says

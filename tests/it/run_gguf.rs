@@ -205,3 +205,53 @@ fn gguf_models_run_on_the_gpu() {
         assert!(diff <= 1e-4, "{name}: the GPU's logits differ from transformers' by {diff}");
     }
 }
+
+/// `case`'s folder quantized by `nnx quantize` to MLX affine 4-bit in groups of 32 (the layout
+/// mlx-lm writes, `quantization` in `config.json`), with its tokenizer beside it.
+fn mlx_folder(name: &str) -> tempfile::TempDir {
+    let dir = crate::util::scratch();
+    let out = dir.path().join("mlx");
+    let source = case(name);
+    let args = vec![
+        "quantize".to_string(),
+        source.to_str().unwrap().into(),
+        out.to_str().unwrap().into(),
+        "--encoding".into(),
+        "q4".into(),
+        "--group-size".into(),
+        "32".into(),
+    ];
+    let (code, _, stderr) = crate::util::run_nnx(&args);
+    assert_eq!(code, 0, "{stderr}");
+    for file in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        std::fs::copy(source.join(file), out.join(file)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn mlx_affine_folders_load_as_affine_layers() {
+    use nnx::models::llama::{Llama, LlamaConfig};
+    use nnx::quant::{AffineSpec, AffineWeight};
+    let reference = json(case("llama3").join("reference.json"));
+    let ids = ids(&reference["ids"]);
+    let dir = mlx_folder("llama3");
+    let folder = dir.path().join("mlx");
+    let loaded = nnx::models::load(folder.to_str().unwrap()).unwrap();
+    assert_eq!(loaded.weights, "mlx affine 4-bit, groups of 32");
+    let ours = loaded.model.logits(&ids).unwrap().to_vec::<f32>().unwrap();
+    // nnx's own quantizer on the same BF16 weights gives the same layers; the embedding, which
+    // mlx-lm packs too, is decoded on import.
+    let config = LlamaConfig::from_file(case("llama3").join("config.json")).unwrap();
+    let mut dense = Llama::new(&config, nnx::DType::BF16, nnx::nn::Init::Meta);
+    nnx::Archive::open(case("llama3")).unwrap().import_into(&mut dense, "").unwrap();
+    let mut expected = dense.quantize(4, 32).unwrap();
+    let mlx = nnx::Archive::open(&folder).unwrap();
+    let part = |suffix: &str| mlx.try_get(&format!("model.embed_tokens.{suffix}")).unwrap();
+    let embedding = AffineWeight::new(part("weight"), part("scales"), part("biases"), AffineSpec::new(4, 32).unwrap());
+    expected.embed.weight = embedding.unwrap().dequantize().unwrap().to_dtype(nnx::DType::BF16).unwrap();
+    let expected = expected.forward(&ids).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&ours, &expected, "mlx folder");
+    println!("mlx folder vs Llama::quantize: max abs difference {diff:e}");
+    assert!(diff <= 1e-4, "the MLX folder's logits differ by {diff}");
+}
