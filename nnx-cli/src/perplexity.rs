@@ -2,11 +2,13 @@
 //! llama.cpp's `llama-perplexity` computes it (`perplexity` in `tools/perplexity/perplexity.cpp`),
 //! so that the two numbers compare.
 //!
-//! The whole text is tokenized with the BOS the model adds and cut into non-overlapping chunks
-//! of `ctx` tokens (a rest shorter than `ctx` is left out). Each chunk is computed from
-//! scratch, its first token replaced by the BOS when the model adds one; only the second half
-//! is scored: the logits at positions `ctx/2 ..= ctx-2` predict the tokens after them, as
-//! `-log_softmax` in f64. The perplexity is `exp` of the mean over every chunk.
+//! The whole text, less one newline at its end (which llama.cpp's `-f` drops), is tokenized
+//! with the BOS the model adds and cut into non-overlapping chunks of `ctx` tokens (a rest
+//! shorter than `ctx` is left out). Each chunk is computed from scratch, its first token
+//! replaced by the BOS when the model adds one; only the second half is scored: the logits at
+//! positions `ctx/2 ..= ctx-2` predict the tokens after them, as `-log_softmax` in f64. The
+//! perplexity is `exp` of the mean over every chunk. One difference: special tokens written in
+//! the text (`<|im_end|>`) are read as such here, and as plain text by llama.cpp.
 
 use std::path::PathBuf;
 
@@ -46,8 +48,12 @@ fn negative_log_likelihood(logits: &[f32], token: usize) -> f64 {
 
 /// Scores the chunks and prints the perplexity.
 pub fn run(args: Args) -> Result<String, CliError> {
-    let text = std::fs::read_to_string(&args.file)
+    let mut text = std::fs::read_to_string(&args.file)
         .map_err(|error| CliError(format!("cannot read `{}`: {error}", args.file.display())))?;
+    // llama.cpp's `-f` drops one newline at the end of the file.
+    if text.ends_with('\n') {
+        text.pop();
+    }
     let loaded = nnx::models::load(&args.model)?;
     let context = loaded.model.context_length();
     let ctx = args.ctx.unwrap_or(DEFAULT_CTX.min(context));

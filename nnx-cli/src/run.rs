@@ -55,8 +55,9 @@ pub struct Args {
     /// end-of-turn markers too.
     #[arg(long)]
     chat: bool,
-    /// Print nothing while generating, then one JSON object: `prompt_ids`, `generated_ids`,
-    /// `text` (the generated text only), `prefill_tokens_per_s` and `decode_tokens_per_s`.
+    /// Print nothing while generating, then one JSON object (a line per turn of a chat):
+    /// `prompt_ids`, `generated_ids`, `text` (the generated text only), `prefill_tokens_per_s`
+    /// and `decode_tokens_per_s`.
     #[arg(long)]
     json: bool,
 }
@@ -69,6 +70,7 @@ pub fn run(args: Args) -> Result<String, CliError> {
     }
 }
 
+/// Loads the model onto adapter `NNX_GPU` (0 by default) and generates there.
 #[cfg(feature = "gpu")]
 fn run_on_gpu(args: &Args) -> Result<String, CliError> {
     let index = std::env::var("NNX_GPU").ok().and_then(|index| index.parse().ok()).unwrap_or(0);
@@ -77,6 +79,7 @@ fn run_on_gpu(args: &Args) -> Result<String, CliError> {
     generate(&nnx::models::load_on(&args.model, &gpu)?, args)
 }
 
+/// Without the `gpu` feature: the error that says so.
 #[cfg(not(feature = "gpu"))]
 fn run_on_gpu(_: &Args) -> Result<String, CliError> {
     Err(CliError(
@@ -89,7 +92,7 @@ fn run_on_gpu(_: &Args) -> Result<String, CliError> {
 /// flags over them.
 fn settings<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> Result<GenerationConfig, CliError> {
     let sampling = match (args.temperature, loaded.generation.sampling) {
-        (Some(temperature), _) if temperature == 0.0 => Sampling::Greedy,
+        (Some(0.0), _) => Sampling::Greedy,
         (Some(temperature), _) => Sampling::Random { temperature, top_k: args.top_k, top_p: args.top_p },
         (None, Sampling::Random { temperature, top_k, top_p }) => {
             Sampling::Random { temperature, top_k: args.top_k.or(top_k), top_p: args.top_p.or(top_p) }
@@ -99,26 +102,42 @@ fn settings<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> Result<Generatio
         }
         (None, Sampling::Greedy) => Sampling::Greedy,
     };
-    let stop_strings = match (&loaded.chat_template, args.chat || args.prompt.is_none()) {
-        (Some(template), true) => template.stop_strings(),
-        _ => Vec::new(),
-    };
-    let config = GenerationConfig {
+    let mut config = GenerationConfig {
         max_new_tokens: args.max_new_tokens,
         sampling,
         seed: args.seed,
-        stop_strings,
         ..loaded.generation.clone()
     };
+    if let Some(template) = &loaded.chat_template
+        && (args.chat || args.prompt.is_none())
+    {
+        config.stop_strings = template.stop_strings();
+        // A marker that is one token of the vocabulary (`<|eot_id|>`) ends the turn as that
+        // token, as llama.cpp's end-of-generation tokens do: decoded text leaves special
+        // tokens out, so the string alone would never be seen.
+        for stop in &config.stop_strings {
+            let mut ids = loaded.tokenizer.encode(stop)?;
+            if loaded.bos_token_id.is_some() && ids.first() == loaded.bos_token_id.as_ref() {
+                ids.remove(0);
+            }
+            if let [id] = ids[..]
+                && !config.eos_token_ids.contains(&id)
+            {
+                config.eos_token_ids.push(id);
+            }
+        }
+    }
     config.check()?;
     Ok(config)
 }
 
-/// The ids of a rendered chat template, as llama.cpp takes them (`common_chat_templ_apply`,
-/// then `common_tokenize` with `add_special` and `parse_special`): a template that writes the
-/// BOS itself has it dropped from the text when the tokenizer adds one, so the prompt starts
-/// with one BOS and not two. Here the tokenizer adds its BOS and reads the template's as the
-/// special token it is, and the first of the two goes.
+/// The ids of a rendered chat template, as llama.cpp takes them
+/// (`common_chat_template_direct_apply`, then `common_tokenize` with `add_special` and
+/// `parse_special`): a template that writes the BOS itself has it dropped from the text when
+/// the tokenizer adds one, so the prompt starts with one BOS and not two. Here the tokenizer
+/// adds its BOS and reads the template's as the special token it is, and the first of the two
+/// goes; the text after it tokenizes alike either way, as llama.cpp reads the text after a
+/// special token as it reads the start of the text.
 fn chat_ids<D: Device>(loaded: &LoadedModel<D>, rendered: &str) -> Result<Vec<u32>, CliError> {
     let mut ids = loaded.tokenizer.encode(rendered)?;
     if let Some(bos) = loaded.bos_token_id
@@ -206,6 +225,7 @@ fn json_report(prompt_ids: &[u32], turn: &Turn) -> String {
     serde_json::to_string(&value).expect("the report serializes")
 }
 
+/// Generates after `--prompt` (through the template with `--chat`), or chats over stdin.
 fn generate<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> Result<String, CliError> {
     if args.chat && loaded.chat_template.is_none() {
         return Err(CliError(format!(

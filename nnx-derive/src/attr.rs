@@ -448,7 +448,17 @@ fn float(meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<FloatAttr> {
     };
     match syn::parse::Parser::parse2(parse, tokens.clone()) {
         Ok(value) if value.is_finite() => Ok(FloatAttr { key: key.clone(), value, tokens }),
-        _ => Err(syn::Error::new_spanned(tokens, expected())),
+        Ok(_) => {
+            let written = tokens.to_string().replace(' ', "");
+            Err(syn::Error::new_spanned(
+                tokens,
+                format!("`{key} = {written}` does not fit in an `f32`: write a smaller number, such as `{key} = 1.0`"),
+            ))
+        }
+        Err(_) if syn::parse2::<LitStr>(tokens.clone()).is_ok() => {
+            Err(syn::Error::new_spanned(tokens, format!("`{key}` takes a number, not a string: write `{key} = 1.0`")))
+        }
+        Err(_) => Err(syn::Error::new_spanned(tokens, expected())),
     }
 }
 
@@ -665,6 +675,66 @@ mod tests {
         assert_eq!(field.rename.unwrap().value(), "q");
         assert_eq!(field.dtype.unwrap().variant, "BF16");
         assert!(field.transpose.is_some() && field.optional.is_some());
+    }
+
+    #[test]
+    fn offsets_parse_as_integers_floats_and_negatives() {
+        let cases = [
+            (quote!(1), 1.0, "1"),
+            (quote!(1.0), 1.0, "1.0"),
+            (quote!(0.25), 0.25, "0.25"),
+            (quote!(-0.5), -0.5, "- 0.5"),
+            (quote!(-2), -2.0, "- 2"),
+            (quote!(1e-3), 1e-3, "1e-3"),
+        ];
+        for (written, expected, tokens) in cases {
+            let (field, errors) = field(quote!(#[nnx(offset = #written)]));
+            assert!(errors.is_empty(), "{written}: {errors:?}");
+            let offset = field.offset.unwrap();
+            assert_eq!(offset.key, "offset");
+            assert_eq!(offset.value.to_bits(), f32::to_bits(expected), "{written}");
+            assert_eq!(offset.tokens.to_string(), tokens);
+        }
+    }
+
+    #[test]
+    fn offsets_that_are_not_finite_numbers_are_refused() {
+        let expected = "`offset` takes a finite number: write `offset = 1.0`";
+        let cases = [
+            (quote!(offset), expected),
+            (quote!(offset =), expected),
+            (quote!(offset = x), expected),
+            (quote!(offset = true), expected),
+            (quote!(offset = "1"), "`offset` takes a number, not a string: write `offset = 1.0`"),
+            (
+                quote!(offset = -1e40),
+                "`offset = -1e40` does not fit in an `f32`: write a smaller number, such as `offset = 1.0`",
+            ),
+        ];
+        for (written, message) in cases {
+            let (field, errors) = field(quote!(#[nnx(#written)]));
+            assert!(field.offset.is_none(), "{written}");
+            assert_eq!(errors, [message], "{written}");
+        }
+    }
+
+    #[test]
+    fn empty_gguf_parses() {
+        let (field, errors) = field(quote!(#[nnx(from = "self_attn", gguf = "")]));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(field.gguf.unwrap().value(), "");
+        assert_eq!(field.from.unwrap().value(), "self_attn");
+    }
+
+    #[test]
+    fn gguf_attributes_parse_beside_the_others() {
+        let (field, errors) = field(quote!(
+            #[nnx(from = "q_proj", gguf = "attn_q", rope_permute = "head_count", offset = 1.0)]
+        ));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(field.gguf.unwrap().value(), "attn_q");
+        assert_eq!(field.rope_permute.unwrap().value(), "head_count");
+        assert_eq!(field.offset.unwrap().value.to_bits(), 1.0f32.to_bits());
     }
 
     #[test]

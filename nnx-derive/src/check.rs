@@ -268,7 +268,125 @@ fn check_unique_segments(cx: &Ctxt, container: &Container<'_>) {
 
 #[cfg(test)]
 mod tests {
+    use quote::quote;
+
     use super::*;
+
+    /// The messages of every mistake in a struct's attributes, parsed and checked.
+    fn mistakes(input: proc_macro2::TokenStream) -> Vec<String> {
+        let input: syn::DeriveInput = syn::parse2(input).unwrap();
+        let cx = Ctxt::new();
+        let container = Container::from_ast(&cx, &input);
+        check(&cx, &container);
+        match cx.check() {
+            Ok(()) => Vec::new(),
+            Err(errors) => errors.into_iter().map(|error| error.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn empty_gguf_adds_no_segment_and_is_accepted() {
+        let errors = mistakes(quote!(
+            struct Layer {
+                #[nnx(from = "self_attn", gguf = "")]
+                attn: Attention,
+                #[nnx(gguf = "")]
+                mlp: Mlp,
+            }
+        ));
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    #[test]
+    fn gguf_paths_are_checked_like_from() {
+        for (written, problem) in
+            [(".x", "starts with `.`"), ("a..b", "has an empty segment (`..`)"), ("a.", "ends with `.`")]
+        {
+            let errors = mistakes(quote!(
+                struct Layer {
+                    #[nnx(gguf = #written)]
+                    weight: Tensor,
+                }
+            ));
+            assert_eq!(errors.len(), 1, "{written}: {errors:?}");
+            assert!(errors[0].starts_with(&format!("`gguf` path {problem}: ")), "{written}: {errors:?}");
+            assert!(errors[0].ends_with("or `gguf = \"\"` to add no segment"), "{written}: {errors:?}");
+        }
+        let errors = mistakes(quote!(
+            struct Layer {
+                #[nnx(gguf = "blk.attn_q")]
+                weight: Tensor,
+            }
+        ));
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    #[test]
+    fn rope_permute_names_a_head_count() {
+        for key in HEAD_COUNT_KEYS {
+            let errors = mistakes(quote!(
+                struct Attention {
+                    #[nnx(gguf = "attn_q", rope_permute = #key)]
+                    q: Tensor,
+                }
+            ));
+            assert!(errors.is_empty(), "{key}: {errors:?}");
+        }
+        for (written, suggestion) in [
+            ("heads", ""),
+            ("head_cout", " (did you mean `head_count`?)"),
+            ("head_count_k", " (did you mean `head_count_kv`?)"),
+        ] {
+            let errors = mistakes(quote!(
+                struct Attention {
+                    #[nnx(rope_permute = #written)]
+                    q: Tensor,
+                }
+            ));
+            assert_eq!(errors.len(), 1, "{written}: {errors:?}");
+            assert!(errors[0].ends_with(&format!("not `{written}`{suggestion}")), "{written}: {errors:?}");
+        }
+    }
+
+    #[test]
+    fn offset_zero_is_refused_in_every_spelling() {
+        for written in [quote!(0), quote!(0.0), quote!(-0.0)] {
+            let errors = mistakes(quote!(
+                struct Norm {
+                    #[nnx(offset = #written)]
+                    weight: Tensor,
+                }
+            ));
+            assert_eq!(errors.len(), 1, "{written}: {errors:?}");
+            assert!(errors[0].starts_with("`offset = 0` changes nothing"), "{written}: {errors:?}");
+        }
+    }
+
+    #[test]
+    fn gguf_attributes_have_no_effect_on_skipped_or_tied_fields() {
+        let errors = mistakes(quote!(
+            struct Model {
+                wte: Tensor,
+                #[nnx(skip, gguf = "x", rope_permute = "head_count", offset = 1.0)]
+                cache: Tensor,
+                #[nnx(tie = "wte", gguf = "output", rope_permute = "head_count", offset = 1.0)]
+                head: Tensor,
+            }
+        ));
+        let expected_skip = |key: &str| format!("`{key}` has no effect on a skipped field");
+        let expected_tie = |key: &str| format!("`{key}` has no effect on a tied field");
+        assert_eq!(errors.len(), 6, "{errors:?}");
+        for (error, expected) in errors.iter().zip([
+            expected_skip("gguf"),
+            expected_skip("rope_permute"),
+            expected_skip("offset"),
+            expected_tie("gguf"),
+            expected_tie("rope_permute"),
+            expected_tie("offset"),
+        ]) {
+            assert!(error.starts_with(&expected), "{error}");
+        }
+    }
 
     #[test]
     fn paths() {

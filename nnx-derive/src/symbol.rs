@@ -92,7 +92,7 @@ pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
     candidates
         .into_iter()
         .map(|candidate| (edit_distance(&word, candidate), candidate))
-        .filter(|(distance, candidate)| *distance <= (candidate.len() / 3).max(1))
+        .filter(|(distance, candidate)| *distance <= candidate.len().div_ceil(3))
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, candidate)| candidate)
 }

@@ -357,7 +357,7 @@ impl Files {
             let [weight, scales, biases] = &reads;
             let packed =
                 AffineWeight::new(archive.try_get(weight)?, archive.try_get(scales)?, archive.try_get(biases)?, spec)?;
-            Ok(packed.dequantize()?.to_dtype(context.dtype)?)
+            packed.dequantize()?.to_dtype(context.dtype)
         }))
     }
 
