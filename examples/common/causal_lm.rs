@@ -138,12 +138,7 @@ fn settings(args: &Args, mut config: GenerationConfig) -> nnx::Result<Generation
 
 /// Generates for one prompt on the model's device, streaming text to stdout and the speeds
 /// to stderr, or printing one JSON object.
-fn generate<D: nnx::Device>(
-    args: &Args,
-    loaded: &LoadedModel<D>,
-    source: &str,
-    default_ids: &[u32],
-) -> nnx::Result<()>
+fn generate<D: nnx::Device>(args: &Args, loaded: &LoadedModel<D>, source: &str, default_ids: &[u32]) -> nnx::Result<()>
 where
     Box<dyn CausalLm<Device = D>>: CausalLm<Device = D>,
 {
