@@ -7,15 +7,16 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
-use nnx_core::quant::{AffineSpec, AffineWeight, QuantizedLinear};
+use nnx_core::quant::{AffineSpec, QuantizedLinear, SeedLinear};
 
 use super::gemma3::{Gemma3, Gemma3Config};
 use super::gpt2::{Gpt2, Gpt2Config};
 use super::llama::{Llama, LlamaConfig};
 use super::qwen::{Qwen, QwenConfig};
-use super::{Affine, CausalLm, Ggml};
+use super::{Affine, CausalLm, Ggml, Seed};
 use crate::generate::{ChatTemplate, GenerationConfig, KvCache, Tokenizer};
 use crate::nn::Linear;
+use crate::quantized::QuantizedFolder;
 use crate::{Archive, DType, Device, Error, Host, ImportOptions, Module, Naming, Result, Tensor};
 
 /// A model ready to run, with what running it needs from its files.
@@ -176,6 +177,8 @@ impl Target<crate::Gpu> for GpuTarget {
 enum Kind {
     Dense(DType),
     Affine(AffineSpec),
+    /// SeedLM weights (`.seeds`, `.nibbles` or `.coefs`, `.exp_bias`), as `nnx quantize` writes.
+    Seed,
 }
 
 /// The opened files of one model.
@@ -264,18 +267,45 @@ macro_rules! loader {
                     "llama" | "mistral" => {
                         let dense =
                             Llama::new(&LlamaConfig::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta);
-                        ("llama", self.assemble(dense, kind, target, |dense, f| dense.map_weights::<Affine>(f))?)
+                        (
+                            "llama",
+                            self.assemble(
+                                dense,
+                                kind,
+                                target,
+                                |dense, f| dense.map_weights::<Affine>(f),
+                                |dense, f| dense.map_weights::<Seed>(f),
+                            )?,
+                        )
                     }
                     "qwen2" | "qwen3" => {
                         let dense =
                             Qwen::new(&QwenConfig::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta);
                         let name = if model_type == "qwen2" { "qwen2" } else { "qwen3" };
-                        (name, self.assemble(dense, kind, target, |dense, f| dense.map_weights::<Affine>(f))?)
+                        (
+                            name,
+                            self.assemble(
+                                dense,
+                                kind,
+                                target,
+                                |dense, f| dense.map_weights::<Affine>(f),
+                                |dense, f| dense.map_weights::<Seed>(f),
+                            )?,
+                        )
                     }
                     "gemma3_text" | "gemma3" => {
                         let config = Gemma3Config::from_file(&config_path)?;
                         let dense = Gemma3::new(&config, kind.dtype(), crate::nn::Init::Meta);
-                        ("gemma3", self.assemble(dense, kind, target, |dense, f| dense.map_weights::<Affine>(f))?)
+                        (
+                            "gemma3",
+                            self.assemble(
+                                dense,
+                                kind,
+                                target,
+                                |dense, f| dense.map_weights::<Affine>(f),
+                                |dense, f| dense.map_weights::<Seed>(f),
+                            )?,
+                        )
                     }
                     "gpt2" => {
                         let dense =
@@ -292,6 +322,7 @@ macro_rules! loader {
                     weights: match kind {
                         Kind::Dense(dtype) => dtype.to_string().to_lowercase(),
                         Kind::Affine(spec) => format!("mlx affine {}-bit, groups of {}", spec.bits, spec.group_size),
+                        Kind::Seed => "seed".to_string(),
                     },
                     tokenizer,
                     chat_template: ChatTemplate::from_folder(dir)?,
@@ -310,20 +341,32 @@ loader!(crate::Gpu, GpuTarget, load_gpu, load_gguf_gpu, load_folder_gpu);
 impl Files {
     /// The dense model as it is, or with MLX affine layers over it (`affine` is the family's
     /// `map_weights::<Affine>`).
-    fn assemble<D: Device, T: Target<D>, M, A>(
+    #[allow(clippy::type_complexity)]
+    fn assemble<D: Device, T: Target<D>, M, A, S>(
         &self,
         dense: M,
         kind: Kind,
         target: &T,
         affine: impl FnOnce(&M, &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<A>,
+        seed: impl FnOnce(&M, &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<S>,
     ) -> Result<Box<dyn CausalLm<Device = D>>>
     where
         M: Module + crate::Place<D>,
         M::Placed: Module<D> + CausalLm<Device = D> + 'static,
         A: Module + crate::Place<D>,
         A::Placed: Module<D> + CausalLm<Device = D> + 'static,
+        S: Module + crate::Place<D>,
+        S::Placed: Module<D> + CausalLm<Device = D> + 'static,
     {
         match kind {
+            Kind::Seed => {
+                // Each layer as the folder stores it; the import then checks every stream.
+                let folder = QuantizedFolder::open(&self.path)?;
+                let stems = source_stems(&dense, Naming::Transformers);
+                let layer = |path: &str, _: &Linear| folder.seed_linear(&stems(path));
+                let packed = seed(&dense, &layer)?;
+                target.finish_with(packed, &self.archive, &self.quantized_embedding()?)
+            }
             Kind::Affine(spec) => {
                 let archive = &self.archive;
                 // Scales and biases as the folder stores them (mlx-lm keeps the model's dtype).
@@ -337,33 +380,36 @@ impl Files {
                     QuantizedLinear::meta(*features, *out, linear.bias.is_some(), spec, scales)
                 };
                 let quantized = affine(&dense, &meta)?;
-                target.finish_with(quantized, archive, &self.quantized_embedding(spec)?)
+                target.finish_with(quantized, archive, &self.quantized_embedding()?)
             }
             Kind::Dense(_) => target.finish(dense, &self.archive),
         }
     }
 
     /// mlx-lm quantizes the token embedding too (`embed_tokens.weight` packed, with `scales` and
-    /// `biases`): the model's float embedding is then imported through a hook that decodes it.
-    fn quantized_embedding(&self, spec: AffineSpec) -> Result<ImportOptions> {
-        const SOURCE: &str = "model.embed_tokens";
+    /// `biases`), and so does `nnx quantize` (affine or SEED streams): the model's float
+    /// embedding is then imported through a hook that decodes it.
+    fn quantized_embedding(&self) -> Result<ImportOptions> {
+        const STEM: &str = "model.embed_tokens";
         let options = ImportOptions::default();
-        let weight = format!("{SOURCE}.weight");
-        if !matches!(self.archive.entry_spec(&weight)?, Some((DType::U32, _))) {
+        if matches!(self.archive.entry_spec(&format!("{STEM}.weight"))?, Some((dtype, _)) if dtype.is_castable_float())
+        {
             return Ok(options);
         }
-        let reads = [weight, format!("{SOURCE}.scales"), format!("{SOURCE}.biases")];
-        Ok(options.hook("embed.weight", reads.clone(), move |archive, context| {
-            let [weight, scales, biases] = &reads;
-            let packed =
-                AffineWeight::new(archive.try_get(weight)?, archive.try_get(scales)?, archive.try_get(biases)?, spec)?;
-            packed.dequantize()?.to_dtype(context.dtype)
-        }))
+        let folder = QuantizedFolder::open(&self.path)?;
+        let reads = folder.streams_of(STEM);
+        if reads.is_empty() {
+            return Ok(options);
+        }
+        Ok(options.hook("embed.weight", reads, move |_, context| folder.weight(STEM)?.to_float(context.dtype)))
     }
 
     /// Dense in the dtype of the embedding, or MLX affine when `config.json` says
     /// `quantization`.
     fn folder_kind(&self, config: &serde_json::Value) -> Result<Kind> {
+        if self.archive.names().any(|name| name.ends_with(".seeds")) {
+            return Ok(Kind::Seed);
+        }
         if let Some(quantization) = config.get("quantization") {
             let number = |key: &str| quantization.get(key).and_then(serde_json::Value::as_u64);
             let (Some(bits), Some(group)) = (number("bits"), number("group_size")) else {
@@ -390,7 +436,7 @@ impl Kind {
     fn dtype(self) -> DType {
         match self {
             Kind::Dense(dtype) => dtype,
-            Kind::Affine(_) => DType::BF16,
+            Kind::Affine(_) | Kind::Seed => DType::BF16,
         }
     }
 }
@@ -427,6 +473,18 @@ fn ggml_meta<'a, M: Module>(
         let bias = linear.bias.as_ref().map(|_| Tensor::meta(DType::F32, &[*out]));
         GgmlLinear::new(Tensor::meta(DType::U8, &[*out, row_bytes]), bias, ty, *features)
     })
+}
+
+/// The source stem (`model.layers.0.self_attn.q_proj`) of each projection's model path
+/// (`layers.0.attn.q`) under `naming`.
+fn source_stems<M: Module>(model: &M, naming: Naming) -> impl Fn(&str) -> String + use<M> {
+    let mut sources: HashMap<String, String> = HashMap::new();
+    crate::for_each_entry_named(model, naming, |slot, _| {
+        if let (Some(path), Some(stem)) = (slot.name.strip_suffix(".weight"), slot.source.strip_suffix(".weight")) {
+            sources.insert(path.to_string(), stem.to_string());
+        }
+    });
+    move |path: &str| sources.get(path).cloned().unwrap_or_else(|| path.to_string())
 }
 
 /// `ggml q8_0 (14), f32 (5)`: the types of a GGUF file's tensors, most common first.

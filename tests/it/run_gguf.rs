@@ -255,3 +255,25 @@ fn mlx_affine_folders_load_as_affine_layers() {
     println!("mlx folder vs Llama::quantize: max abs difference {diff:e}");
     assert!(diff <= 1e-4, "the MLX folder's logits differ by {diff}");
 }
+
+#[test]
+fn seed_folders_load_as_seed_layers() {
+    // `llama3-seed4` is `llama3` packed by `nnx quantize --encoding seed4` (every projection,
+    // the head and the embedding; the encoder's search is too slow to run in a test). The
+    // loaded model computes what the same weights decoded to floats (`nnx dequantize`) compute.
+    let dir = crate::util::scratch();
+    let (packed, decoded) = (case("llama3-seed4"), dir.path().join("decoded"));
+    let (code, _, stderr) = crate::util::run_nnx(&["dequantize", packed.to_str().unwrap(), decoded.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    for file in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        std::fs::copy(packed.join(file), decoded.join(file)).unwrap();
+    }
+    let ids = ids(&json(case("llama3").join("reference.json"))["ids"]);
+    let loaded = nnx::models::load(packed.to_str().unwrap()).unwrap();
+    assert_eq!(loaded.weights, "seed");
+    let ours = loaded.model.logits(&ids).unwrap().to_vec::<f32>().unwrap();
+    let expected = nnx::models::load(decoded.to_str().unwrap()).unwrap().model.logits(&ids).unwrap();
+    let diff = max_abs_diff(&ours, &expected.to_vec::<f32>().unwrap(), "seed folder");
+    println!("seed folder vs its decoded weights: max abs difference {diff:e}");
+    assert!(diff <= 1e-3, "the SEED folder's logits differ by {diff}");
+}
