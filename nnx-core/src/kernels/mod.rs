@@ -20,7 +20,7 @@ pub mod fused;
 #[cfg(feature = "kernels")]
 mod gemv;
 #[cfg(feature = "kernels")]
-mod matmul;
+pub(crate) mod matmul;
 #[cfg(feature = "kernels")]
 mod norm;
 

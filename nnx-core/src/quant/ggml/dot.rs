@@ -83,16 +83,33 @@ pub fn matvec(ty: GgmlType, weight: &[u8], rows: usize, cols: usize, x: &[f32], 
 }
 
 /// `y = x Wᵀ` for `m` activation rows (a prompt's tokens): `x` is `m x cols` and `y`
-/// `m x rows`, both row-major, and `weight` as for [`matvec`]. Each activation row is rounded
-/// once, and every weight block is unpacked once per tile of 4 activation rows while a few
-/// weight rows stay in cache for all the tiles; row `i` of `y` equals [`matvec`] of row `i` of
-/// `x`, bit for bit.
+/// `m x rows`, both row-major, and `weight` as for [`matvec`].
+///
+/// Below 16 rows each activation row is rounded once, and every weight block is unpacked once
+/// per tile of 4 activation rows while a few weight rows stay in cache for all the tiles; row
+/// `i` of `y` then equals [`matvec`] of row `i` of `x`, bit for bit. From 16 rows on (a
+/// prompt), the weight is decoded 256 rows at a time and multiplied in f32 by the matrix
+/// kernels, without rounding the activations: the decoding is shared by every row, and the
+/// matrix kernels' register tiles do several times the work per loaded value.
 ///
 /// # Errors
 /// As [`matvec`], with `x` of `m * cols` values and `y` of `m * rows`.
 pub fn matmul(ty: GgmlType, weight: &[u8], rows: usize, cols: usize, x: &[f32], m: usize, y: &mut [f32]) -> Result<()> {
-    Operands { ty, weight, rows, cols, x, m }.run("matmul", Isa::best(), y)
+    let operands = Operands { ty, weight, rows, cols, x, m };
+    if m >= GEMM_ROWS && rows > 0 && cols > 0 {
+        return operands.panels("matmul", y);
+    }
+    operands.run("matmul", Isa::best(), y)
 }
+
+/// Activation rows from which a product decodes the weight, panel by panel, and multiplies in
+/// f32 with the matrix kernels: the decoding is shared by all the rows, and a matrix product
+/// keeps far more sums in registers than the row kernels' tiles of four (a prompt's prefill).
+const GEMM_ROWS: usize = 16;
+
+/// Weight rows decoded at a time for [`GEMM_ROWS`] and more activation rows: small enough to
+/// stay in cache beside the activations, large enough for the matrix kernels to share out.
+const PANEL_ROWS: usize = 256;
 
 /// The instructions the integer kernels run on.
 #[derive(Clone, Copy, Debug)]
@@ -276,6 +293,36 @@ impl Operands<'_> {
         mismatch("input values", m.checked_mul(cols), x.len(), cols)?;
         mismatch("output values", m.checked_mul(rows), y, rows)?;
         Ok(row_bytes)
+    }
+
+    /// The product into `y` through f32: each panel of [`PANEL_ROWS`] weight rows decoded
+    /// (rows in parallel), then multiplied with every activation row by the matrix kernels.
+    /// Exact up to f32 rounding: activations are not rounded to 8 bits here.
+    fn panels(&self, op: &'static str, y: &mut [f32]) -> Result<()> {
+        use crate::kernels::matmul::{Matrix, product};
+        let row_bytes = self.check(op, y.len())?;
+        let Operands { ty, weight, rows, cols, x, m } = *self;
+        let threads = rayon::current_num_threads();
+        let mut decoded = vec![0f32; PANEL_ROWS.min(rows) * cols];
+        let mut block = vec![0f32; m * PANEL_ROWS.min(rows)];
+        for first in (0..rows).step_by(PANEL_ROWS) {
+            let count = PANEL_ROWS.min(rows - first);
+            let panel = &mut decoded[..count * cols];
+            let weights = &weight[first * row_bytes..(first + count) * row_bytes];
+            panel
+                .par_chunks_mut(cols)
+                .zip(weights.par_chunks(row_bytes))
+                .try_for_each(|(out, row)| super::dequantize_row(ty, row, out))?;
+            let lhs = Matrix { data: x, start: 0, row_stride: cols, column_stride: 1 };
+            // The panel's transpose: `cols x count`, read down its rows.
+            let rhs = Matrix { data: panel, start: 0, row_stride: 1, column_stride: cols };
+            let out = &mut block[..m * count];
+            product(lhs, rhs, m, cols, count, out, threads);
+            for (y, out) in y.chunks_exact_mut(rows).zip(out.chunks_exact(count)) {
+                y[first..first + count].copy_from_slice(out);
+            }
+        }
+        Ok(())
     }
 
     /// The product into `y`, on the given instructions.
@@ -679,6 +726,28 @@ mod tests {
                         let single = run(isa, ty, &weight, rows, cols, x, 1);
                         assert_eq!(&batched[i * rows..(i + 1) * rows], &single[..], "{ty} {isa:?} m {m} row {i}");
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn prompts_multiply_decoded_panels_exactly() {
+        let mut rng = Rng(0x2468_ace0_1357_9bdf);
+        for ty in KERNEL_TYPES {
+            // More rows than one panel, and a panel left over.
+            let (rows, cols, m) = (PANEL_ROWS + 44, 256, GEMM_ROWS + 3);
+            let weight = weight(ty, rows, cols, &mut rng);
+            let decoded = decode_weight(ty, &weight);
+            let x = activations(m * cols, &mut rng);
+            let mut y = vec![f32::NAN; m * rows];
+            matmul(ty, &weight, rows, cols, &x, m, &mut y).unwrap();
+            let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+            for i in 0..m {
+                for r in 0..rows {
+                    let (expected, size) = reference(&decoded[r * cols..(r + 1) * cols], &exact[i * cols..(i + 1) * cols]);
+                    let found = f64::from(y[i * rows + r]);
+                    assert!((found - expected).abs() <= ROUNDING * size, "{ty} {i}, {r}: {found} against {expected}");
                 }
             }
         }
