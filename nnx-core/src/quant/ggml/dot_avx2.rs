@@ -240,7 +240,7 @@ fn small_group<const T: u8, const B: usize, const N: usize>(
 }
 
 /// Rows of the 32-value type `T`, `B` bytes a block, 8 blocks at a time. A row's last blocks,
-/// when fewer than 8, are padded with zero blocks that meet zero activations.
+/// when fewer than 8, go one at a time (rows of 576 values, common in small models, end in 2).
 #[target_feature(enable = "avx2,fma,f16c")]
 fn small<const T: u8, const B: usize, const N: usize>(weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
     let mut sums = [[_mm256_setzero_ps(); N]; 3];
@@ -248,24 +248,27 @@ fn small<const T: u8, const B: usize, const N: usize>(weight: &[u8], acts: &[Act
     for (g, group) in groups.iter().enumerate() {
         sums = small_group::<T, B, N>(group, acts, 8 * g, sums);
     }
-    if !tail.is_empty() {
-        let (first, n) = (8 * groups.len(), tail.len());
-        let mut padded = [[0u8; B]; 8];
-        padded[..n].copy_from_slice(tail);
-        let mut q = [[[0i8; 32]; 8]; N];
-        let mut d = [[0f32; 8]; N];
-        let mut ds = [[0f32; 8]; N];
+    let mut constants = [0f32; N];
+    for (k, block) in tail.iter().enumerate() {
+        let k = 8 * groups.len() + k;
+        let d = half(block, 0);
+        let constant = match T {
+            Q4_0 => -8.0 * d,
+            Q5_0 => -16.0 * d,
+            Q4_1 | Q5_1 => half(block, 2),
+            _ => 0.0,
+        };
+        let w = unpack::<T, B>(block);
         for r in 0..N {
-            q[r][..n].copy_from_slice(&acts[r].q[first..]);
-            d[r][..n].copy_from_slice(&acts[r].d[first..]);
-            ds[r][..n].copy_from_slice(&acts[r].ds[first..]);
+            let x = load_act(&acts[r].q[k]);
+            let products = if T == Q8_0 { dot_signed(w, x) } else { dot_unsigned(w, x) };
+            sums[0][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_set1_ps(d * acts[r].d[k]), sums[0][r]);
+            constants[r] += constant * acts[r].ds[k];
         }
-        let padded_acts: [Act<'_>; N] = std::array::from_fn(|r| Act { q: &q[r], d: &d[r], sums: &[], ds: &ds[r] });
-        sums = small_group::<T, B, N>(&padded, &padded_acts, 0, sums);
     }
     let mut out = [0f32; N];
     for r in 0..N {
-        out[r] = hsum(_mm256_add_ps(_mm256_add_ps(sums[0][r], sums[1][r]), sums[2][r]));
+        out[r] = hsum(_mm256_add_ps(_mm256_add_ps(sums[0][r], sums[1][r]), sums[2][r])) + constants[r];
     }
     out
 }
