@@ -139,7 +139,14 @@ fn peak_rss_kib() -> u64 {
 
 /// The child: loads `file`, runs the tests and prints one JSON object.
 fn child(file: &str) -> nnx::Result<()> {
-    rayon::ThreadPoolBuilder::new().num_threads(THREADS).build_global().expect("the first rayon pool of the process");
+    // The model runs on one of the pool's threads, as llama.cpp's main thread computes beside
+    // its workers: a product then splits between two threads instead of being handed across.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(THREADS).build().expect("a rayon pool");
+    pool.install(|| measure(file))
+}
+
+/// Loads `file`, runs the tests and prints one JSON object.
+fn measure(file: &str) -> nnx::Result<()> {
     let start = Instant::now();
     let loaded = nnx::models::load(file)?;
     let load_seconds = start.elapsed().as_secs_f64();

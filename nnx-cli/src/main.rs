@@ -82,6 +82,16 @@ fn printable_lines(text: &str) -> String {
     out
 }
 
+/// Runs `command` on one of rayon's threads, so that the model's products split between the
+/// thread that runs the model and the others, instead of being handed to the pool and waited
+/// for (each decoded token runs a few hundred products).
+fn on_the_pool<T: Send>(command: impl FnOnce() -> T + Send) -> T {
+    match rayon::ThreadPoolBuilder::new().build() {
+        Ok(pool) => pool.install(command),
+        Err(_) => command(),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -100,8 +110,8 @@ fn main() -> ExitCode {
         Command::Download(args) => download::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Tokenize(args) => tokenize::run(args),
-        Command::Run(args) => run::run(args),
-        Command::Perplexity(args) => perplexity::run(args),
+        Command::Run(args) => on_the_pool(|| run::run(args)),
+        Command::Perplexity(args) => on_the_pool(|| perplexity::run(args)),
         Command::Diff(args) => {
             return match diff::run(args) {
                 Ok((text, equal)) => {
