@@ -30,7 +30,7 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()>
     check_row(OP, ty, bytes.len(), out.len())?;
     match ty {
         GgmlType::F32 => elements(bytes, out, f32::from_le_bytes),
-        GgmlType::F16 => elements(bytes, out, |b| f16_to_f32(u16::from_le_bytes(b))),
+        GgmlType::F16 => f16_row(bytes, out),
         GgmlType::BF16 => elements(bytes, out, |b| f32::from_bits(u32::from(u16::from_le_bytes(b)) << 16)),
         GgmlType::F64 => elements(bytes, out, |b| f64::from_le_bytes(b) as f32),
         GgmlType::I8 => elements(bytes, out, |b| f32::from(i8::from_le_bytes(b))),
@@ -92,6 +92,22 @@ fn blocks<const B: usize, const N: usize>(bytes: &[u8], out: &mut [f32], decode:
 
 /// f16 to f32 as numpy converts it: exactly, with a NaN keeping its payload and its quiet bit
 /// as they were (the `half` crate sets the quiet bit, which would change a signalling NaN).
+/// F16 values, converted by the processor's instructions where it has them (the `half`
+/// crate detects F16C), then NaNs redone by [`f16_to_f32`], which keeps their payload as the
+/// `gguf` package does (the instructions quiet them).
+fn f16_row(bytes: &[u8], out: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let Ok(halves) = bytemuck::try_cast_slice::<u8, f16>(bytes) else {
+        return elements(bytes, out, |b| f16_to_f32(u16::from_le_bytes(b)));
+    };
+    halves.convert_to_f32_slice(out);
+    if out.iter().any(|value| value.is_nan()) {
+        for (value, half) in out.iter_mut().zip(halves) {
+            *value = f16_to_f32(half.to_bits());
+        }
+    }
+}
+
 fn f16_to_f32(bits: u16) -> f32 {
     if bits & 0x7C00 == 0x7C00 && bits & 0x03FF != 0 {
         f32::from_bits((u32::from(bits & 0x8000) << 16) | 0x7F80_0000 | (u32::from(bits & 0x03FF) << 13))
