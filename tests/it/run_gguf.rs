@@ -92,8 +92,8 @@ fn quantized_gguf_files_decode_as_llama_cpp_does() {
             loaded.weights
         );
         // llama.cpp rounds activations to 8-bit blocks (and keys and values to F16) inside its
-        // products; nnx multiplies f32 activations by the same weight blocks.
-        assert!(diff <= 0.05 * scale, "{name} {file}: logits differ from llama.cpp's by {diff}");
+        // products; nnx multiplies a prompt's f32 activations by the same weight blocks.
+        assert!(diff <= 0.08 * scale, "{name} {file}: logits differ from llama.cpp's by {diff}");
     }
 }
 
@@ -167,16 +167,28 @@ fn decoded_llama_logits(name: &str, file: &str) -> Vec<f32> {
 }
 
 #[test]
-fn host_products_round_activations_as_llama_cpp_does() {
-    // The host's packed products round each activation row to 8-bit blocks, as llama.cpp's CPU
-    // products do: within a few percent of the decoded weights' exact logits, like llama.cpp.
+fn host_products_are_exact_for_prompts_and_round_single_tokens_as_llama_cpp_does() {
+    // A prompt (16 rows and more) multiplies decoded weight panels in f32: the exact logits of
+    // the blocks. A decoded token (one row) rounds its activations to 8-bit blocks, as
+    // llama.cpp's CPU products do: within a few percent of the exact logits, like llama.cpp.
     for (name, file) in [("llama3", "model-q8_0.gguf"), ("llama3-wide", "model-q4_k_m.gguf")] {
         let exact = decoded_llama_logits(name, file);
-        let (ours, _) = logits(name, file);
+        let (prompt, loaded) = logits(name, file);
+        let diff = max_abs_diff(&prompt, &exact, name);
+        println!("{name} {file}: the prompt's logits {diff:e} from the exact ones");
+        assert!(diff <= 1e-4, "{name} {file}: {diff}");
+        let ids = ids(&json(case(name).join("reference.json"))["ids"]);
+        let mut cache = loaded.model.new_cache(1, ids.len()).unwrap();
+        let mut stepped = Vec::new();
+        for id in &ids {
+            stepped.extend(loaded.model.forward_cached(&[*id], &mut cache).unwrap().to_vec::<f32>().unwrap());
+        }
         let theirs = floats(&json(case(name).join("llamacpp.json"))[file]["logits"]);
         let scale = exact.iter().fold(0f32, |m, x| m.max(x.abs()));
-        let (ours_gap, theirs_gap) = (max_abs_diff(&ours, &exact, name), max_abs_diff(&theirs, &exact, name));
-        println!("{name} {file}: nnx {ours_gap:e} and llama.cpp {theirs_gap:e} from the exact logits (up to {scale})");
+        let (ours_gap, theirs_gap) = (max_abs_diff(&stepped, &exact, name), max_abs_diff(&theirs, &exact, name));
+        println!(
+            "{name} {file} token by token: nnx {ours_gap:e} and llama.cpp {theirs_gap:e} from the exact logits (up to {scale})"
+        );
         assert!(ours_gap <= 0.06 * scale, "{name} {file}: {ours_gap}");
     }
 }
