@@ -290,10 +290,11 @@ pub struct Llama<D: Device = Host, W: Weights = Dense> {
     /// Output projection; `None` when it is the embedding (`tie_word_embeddings`).
     #[nnx(gguf = "output")]
     pub lm_head: Option<W::Layer<D>>,
-    /// The divisor of each rotary frequency (F32 `[head_dim / 2]`), from the configuration
-    /// ([`LlamaConfig::rope_factors`]); a GGUF file of Llama 3 stores them.
+    /// The divisor of each rotary frequency (F32 `[head_dim / 2]`) where the model scales its
+    /// rope: from the configuration ([`LlamaConfig::rope_factors`]), and stored in a GGUF file
+    /// of Llama 3 (whose metadata does not say it), which the loader then reads.
     #[nnx(optional, gguf = "rope_freqs.weight")]
-    pub rope_freqs: Tensor<D>,
+    pub rope_freqs: Option<Tensor<D>>,
     /// The configuration.
     #[nnx(skip)]
     pub config: LlamaConfig,
@@ -330,7 +331,10 @@ impl Llama {
             })
             .collect();
         let factors = config.rope_factors();
-        let rope_freqs = Tensor::from_vec(factors.clone(), &[factors.len()]).expect("one factor per rotary pair");
+        let rope_freqs = factors.iter().any(|&factor| factor != 1.0).then(|| {
+            let pairs = factors.len();
+            Tensor::from_vec(factors, &[pairs]).expect("one factor per rotary pair")
+        });
         Llama {
             embed: Embedding::builder(config.vocab_size, hidden).dtype(dtype).init(init.at("embed")).build(),
             layers,
@@ -452,9 +456,12 @@ where
         }
     }
 
-    /// The rotary divisors on the host, where the rotation reads them.
+    /// The rotary divisors on the host, where the rotation reads them (all 1 without scaling).
     fn rope_factors(&self) -> crate::Result<Vec<f32>> {
-        Compute::to_host(&self.rope_freqs)?.to_dtype(DType::F32)?.to_vec::<f32>()
+        match &self.rope_freqs {
+            Some(factors) => Compute::to_host(factors)?.to_dtype(DType::F32)?.to_vec::<f32>(),
+            None => Ok(vec![1.0; self.config.head_dim() / 2]),
+        }
     }
 
     /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,

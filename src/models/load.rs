@@ -214,8 +214,12 @@ macro_rules! loader {
                 let architecture = metadata.architecture().unwrap_or_default().to_string();
                 let model = match architecture.as_str() {
                     "llama" => {
-                        let dense =
+                        let mut dense =
                             Llama::new(&LlamaConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                        // Llama 3's rope scaling is in the file only as `rope_freqs.weight`.
+                        if let Some((_, shape)) = archive.entry_spec("rope_freqs.weight")? {
+                            dense.rope_freqs = Some(Tensor::meta(DType::F32, &shape));
+                        }
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
                         target.finish_ggml(ggml, archive, |model: &mut Llama<$device, Ggml>| &mut model.lm_head)?
                     }

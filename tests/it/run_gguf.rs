@@ -161,6 +161,10 @@ fn decoded_llama_logits(name: &str, file: &str) -> Vec<f32> {
     let archive = nnx::Archive::open(case(name).join(file)).unwrap();
     let config = LlamaConfig::from_gguf(archive.gguf_metadata().unwrap(), !archive.contains("output.weight")).unwrap();
     let mut dense = Llama::new(&config, nnx::DType::F32, nnx::nn::Init::Meta);
+    // Llama 3's rope scaling is in the file only as `rope_freqs.weight`.
+    if let Some((_, shape)) = archive.entry_spec("rope_freqs.weight").unwrap() {
+        dense.rope_freqs = Some(nnx::Tensor::meta(nnx::DType::F32, &shape));
+    }
     archive.import_into(&mut dense, "").unwrap();
     let reference = json(case(name).join("reference.json"));
     dense.forward(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap()
