@@ -747,7 +747,8 @@ mod tests {
             let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
             for i in 0..m {
                 for r in 0..rows {
-                    let (expected, size) = reference(&decoded[r * cols..(r + 1) * cols], &exact[i * cols..(i + 1) * cols]);
+                    let (expected, size) =
+                        reference(&decoded[r * cols..(r + 1) * cols], &exact[i * cols..(i + 1) * cols]);
                     let found = f64::from(y[i * rows + r]);
                     assert!((found - expected).abs() <= ROUNDING * size, "{ty} {i}, {r}: {found} against {expected}");
                 }
