@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+use super::qwen::{Pass, Rotary};
 use super::{Affine, Dense, Project, Weights};
 use crate::generate::KvCache;
 use crate::nn::{Embedding, Init, Linear, RmsNorm};
@@ -416,52 +417,7 @@ where
     /// # Errors
     /// A token id past the vocabulary.
     pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor<D>> {
-        let config = &self.config;
-        let (seq, head_dim) = (ids.len(), config.head_dim());
-        let positions: Vec<usize> = (0..seq).collect();
-        let factors = self.rope_factors()?;
-        let split_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
-            Compute::contiguous(&Compute::reshape(&t, &[1, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?)
-        };
-        let mut h = self.embed.forward(ids)?;
-        for layer in &self.layers {
-            let x = layer.attn_norm.forward(&h)?;
-            let q = split_heads(layer.attn.q.project(&x)?, config.num_attention_heads)?.rotary_scaled(
-                &positions,
-                config.theta(),
-                &factors,
-            )?;
-            let k = split_heads(layer.attn.k.project(&x)?, config.kv_heads())?.rotary_scaled(
-                &positions,
-                config.theta(),
-                &factors,
-            )?;
-            let v = split_heads(layer.attn.v.project(&x)?, config.kv_heads())?;
-            let context = Compute::attention(&q, &k, &v, true, None)?;
-            let merged =
-                Compute::reshape(&context.permute(&[0, 2, 1, 3])?, &[seq, config.num_attention_heads * head_dim])?;
-            h = h.add(&layer.attn.o.project(&merged)?)?;
-            let x = layer.mlp_norm.forward(&h)?;
-            let gated = layer.mlp.gate.project(&x)?.silu()?.mul(&layer.mlp.up.project(&x)?)?;
-            h = h.add(&layer.mlp.down.project(&gated)?)?;
-        }
-        self.head(&self.norm.forward(&h)?)
-    }
-
-    /// The logits of final hidden states: `lm_head`, or the embedding when tied.
-    fn head(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
-        match &self.lm_head {
-            Some(head) => head.project(x),
-            None => Compute::linear(x, &self.embed.weight, None),
-        }
-    }
-
-    /// The rotary divisors on the host, where the rotation reads them (all 1 without scaling).
-    fn rope_factors(&self) -> crate::Result<Vec<f32>> {
-        match &self.rope_freqs {
-            Some(factors) => Compute::to_host(factors)?.to_dtype(DType::F32)?.to_vec::<f32>(),
-            None => Ok(vec![1.0; self.config.head_dim() / 2]),
-        }
+        self.run(ids, Pass::alone(ids.len()))
     }
 
     /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,
@@ -474,45 +430,36 @@ where
     /// A token id past the vocabulary, `ids` that are not whole rows, or
     /// [`Error::CacheFull`](crate::Error::CacheFull).
     pub fn forward_with_cache(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor<D>> {
+        self.run(ids, Pass::cached(ids, cache)?)
+    }
+
+    fn run(&self, ids: &[u32], mut pass: Pass<'_, D>) -> crate::Result<Tensor<D>> {
         let config = &self.config;
-        let batch = cache.batch();
-        let seq = super::cached_rows(ids, batch)?;
-        let (head_dim, hidden) = (config.head_dim(), config.hidden_size);
-        let positions = cache.positions(seq);
-        let key_mask = cache.key_mask(seq);
-        let factors = self.rope_factors()?;
-        // `[batch * seq, heads * head_dim]` as `[batch, heads, seq, head_dim]`, rotated. Rotary
-        // takes one position per row of its sequence axis, so the batch joins that axis while
-        // the positions are applied (each sequence has its own).
-        let rotated_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
-            let rows = Compute::reshape(&t, &[1, batch * seq, heads, head_dim])?.permute(&[0, 2, 1, 3])?;
-            let rotated = rows.rotary_scaled(&positions, config.theta(), &factors)?;
-            Compute::reshape(&rotated, &[heads, batch, seq, head_dim])?.permute(&[1, 0, 2, 3])
+        let (heads, kv_heads, head_dim) = (config.num_attention_heads, config.kv_heads(), config.head_dim());
+        // The divisors are read once a pass, on the host, where the rotation reads them.
+        let factors = match &self.rope_freqs {
+            Some(factors) => Some(Compute::to_host(factors)?.to_dtype(DType::F32)?.to_vec::<f32>()?),
+            None => None,
         };
-        let split_heads = |t: Tensor<D>, heads: usize| -> crate::Result<Tensor<D>> {
-            Compute::reshape(&t, &[batch, seq, heads, head_dim])?.permute(&[0, 2, 1, 3])
-        };
+        let rotary = Rotary { theta: config.theta(), factors };
         let mut h = self.embed.forward(ids)?;
         for (index, layer) in self.layers.iter().enumerate() {
+            let attn = &layer.attn;
             let x = layer.attn_norm.forward(&h)?;
-            let q = rotated_heads(layer.attn.q.project(&x)?, config.num_attention_heads)?;
-            let k = rotated_heads(layer.attn.k.project(&x)?, config.kv_heads())?;
-            let v = split_heads(layer.attn.v.project(&x)?, config.kv_heads())?;
-            let (keys, values) = cache.update(index, &k, &v)?;
-            let context = Compute::attention(&q, &keys, &values, true, key_mask.as_deref())?;
-            let merged = Compute::reshape(
-                &context.permute(&[0, 2, 1, 3])?,
-                &[batch * seq, config.num_attention_heads * head_dim],
-            )?;
-            h = h.add(&layer.attn.o.project(&merged)?)?;
+            let q = pass.heads(&attn.q.project(&x)?, heads, head_dim, None, Some(&rotary))?;
+            let k = pass.heads(&attn.k.project(&x)?, kv_heads, head_dim, None, Some(&rotary))?;
+            let v = pass.heads(&attn.v.project(&x)?, kv_heads, head_dim, None, None)?;
+            let context = pass.attend(index, &q, k, v, None)?;
+            h = h.add(&attn.o.project(&context)?)?;
             let x = layer.mlp_norm.forward(&h)?;
             let gated = layer.mlp.gate.project(&x)?.silu()?.mul(&layer.mlp.up.project(&x)?)?;
             h = h.add(&layer.mlp.down.project(&gated)?)?;
         }
-        cache.advance(seq)?;
-        let last =
-            Compute::reshape(&Compute::reshape(&h, &[batch, seq, hidden])?.narrow(1, seq - 1, 1)?, &[batch, hidden])?;
-        self.head(&self.norm.forward(&last)?)
+        let x = self.norm.forward(&pass.finish(h)?)?;
+        match &self.lm_head {
+            Some(head) => head.project(&x),
+            None => Compute::linear(&x, &self.embed.weight, None),
+        }
     }
 }
 

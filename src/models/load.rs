@@ -366,8 +366,8 @@ impl Files {
             Kind::Seed => {
                 // Each layer as the folder stores it; the import then checks every stream.
                 let folder = QuantizedFolder::open(&self.path)?;
-                let stems = source_stems(&dense, Naming::Transformers);
-                let layer = |path: &str, _: &Linear| folder.seed_linear(&stems(path));
+                let stems = Stems::new(&dense, Naming::Transformers);
+                let layer = |path: &str, _: &Linear| folder.seed_linear(&stems.of(path));
                 let packed = seed(&dense, &layer)?;
                 target.finish_with(packed, &self.archive, &self.quantized_embedding()?)
             }
@@ -451,22 +451,12 @@ fn ggml_meta<'a, M: Module>(
     archive: &'a Archive,
     dense: &M,
 ) -> Result<impl Fn(&str, &Linear) -> Result<GgmlLinear> + 'a> {
-    let mut sources: HashMap<String, String> = HashMap::new();
-    crate::for_each_entry_named(dense, Naming::Gguf, |slot, _| {
-        sources.insert(slot.name.to_string(), slot.source.to_string());
-    });
+    let stems = Stems::new(dense, Naming::Gguf);
     Ok(move |path: &str, linear: &Linear| {
-        let weight = format!("{path}.weight");
-        let source = sources.get(&weight).cloned().unwrap_or(weight);
+        let source = format!("{}.weight", stems.of(path));
         let [out, features] = linear.weight.shape() else { unreachable!("a linear weight is 2-D") };
-        let ty = match archive.ggml_type(&source) {
-            Some(ty) => ty,
-            // A plain entry gives its dtype's type; a missing one is named by the import.
-            None => archive
-                .entry_spec(&source)?
-                .and_then(|(dtype, _)| crate::gguf::ggml_type_of(dtype))
-                .unwrap_or(GgmlType::F32),
-        };
+        // Every entry of a GGUF file has a ggml type; a missing one is named by the import.
+        let ty = archive.ggml_type(&source).unwrap_or(GgmlType::F32);
         let row_bytes = ty.row_bytes(*features).ok_or(Error::GgmlRow {
             op: "load",
             ty: ty.name(),
@@ -480,15 +470,24 @@ fn ggml_meta<'a, M: Module>(
 }
 
 /// The source stem (`model.layers.0.self_attn.q_proj`) of each projection's model path
-/// (`layers.0.attn.q`) under `naming`.
-fn source_stems<M: Module>(model: &M, naming: Naming) -> impl Fn(&str) -> String + use<M> {
-    let mut sources: HashMap<String, String> = HashMap::new();
-    crate::for_each_entry_named(model, naming, |slot, _| {
-        if let (Some(path), Some(stem)) = (slot.name.strip_suffix(".weight"), slot.source.strip_suffix(".weight")) {
-            sources.insert(path.to_string(), stem.to_string());
-        }
-    });
-    move |path: &str| sources.get(path).cloned().unwrap_or_else(|| path.to_string())
+/// (`layers.0.attn.q`) under one naming.
+struct Stems(HashMap<String, String>);
+
+impl Stems {
+    fn new<M: Module>(model: &M, naming: Naming) -> Stems {
+        let mut stems = HashMap::new();
+        crate::for_each_entry_named(model, naming, |slot, _| {
+            if let (Some(path), Some(stem)) = (slot.name.strip_suffix(".weight"), slot.source.strip_suffix(".weight")) {
+                stems.insert(path.to_string(), stem.to_string());
+            }
+        });
+        Stems(stems)
+    }
+
+    /// The stem of `path`; the path itself when the model has no such projection.
+    fn of(&self, path: &str) -> String {
+        self.0.get(path).cloned().unwrap_or_else(|| path.to_string())
+    }
 }
 
 /// `ggml q8_0 (14), f32 (5)`: the types of a GGUF file's tensors, most common first.

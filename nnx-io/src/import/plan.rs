@@ -454,7 +454,7 @@ impl Archive {
         self.gguf_metadata()?;
         let (DType::U8, [rows, row_bytes]) = model else { return None };
         let [stored_rows, values] = stored.1.as_slice() else { return None };
-        let ty = self.ggml_type(source).or_else(|| crate::gguf::ggml_type_of(stored.0))?;
+        let ty = self.ggml_type(source)?;
         (stored_rows == rows && ty.row_bytes(*values) == Some(*row_bytes)).then_some(ty)
     }
 
