@@ -21,8 +21,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nnx::models::TokenEmbedding;
 use nnx::models::llama::{Llama, LlamaConfig};
-use nnx::nn::{Embedding, Init, Linear};
+use nnx::nn::{Init, Linear};
 use nnx::remote::RemoteOptions;
 use nnx::{Archive, DType, ImportOptions, SaveOptions, TensorParallel};
 
@@ -94,10 +95,7 @@ fn meta(config: &LlamaConfig, world: usize) -> Llama {
     let mut model = Llama::new(&local, DType::BF16, Init::Meta);
     if world > 1 {
         // Vocabulary-parallel embedding and head: each rank holds its share of the rows.
-        model.embed = Embedding::builder(config.vocab_size / world, config.hidden_size)
-            .dtype(DType::BF16)
-            .init(Init::Meta)
-            .build();
+        model.embed = TokenEmbedding::new(config.vocab_size / world, config.hidden_size, DType::BF16, Init::Meta);
         model.lm_head = Some(
             Linear::builder(config.hidden_size, config.vocab_size / world)
                 .bias(false)

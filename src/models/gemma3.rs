@@ -13,10 +13,11 @@ use std::path::Path;
 
 use super::llama::RopeParameters;
 use super::qwen::{FULL, GgufKeys, Mlp, Pass, Rotary, SLIDING, Shape, check_layer_types, linear_rope_factor};
-use super::{Affine, Dense, Project, Weights};
+use super::{Affine, Dense, Project, TokenEmbedding, Weights};
 use crate::generate::KvCache;
 use crate::gguf::Metadata;
-use crate::nn::{Embedding, Init, Linear, RmsNorm};
+use crate::nn::{Init, Linear, RmsNorm};
+use crate::quant::ggml::GgmlLinear;
 use crate::{Compute, DType, Device, Host, Module, Tensor};
 
 /// The fields of a Gemma 3 text `config.json` (`model_type` `gemma3_text`) that shape the
@@ -400,7 +401,7 @@ pub struct Layer<D: Device = Host, W: Weights = Dense> {
 pub struct Gemma3<D: Device = Host, W: Weights = Dense> {
     /// Token embeddings (scaled by `sqrt(hidden_size)` on the way in).
     #[nnx(from = "model.embed_tokens", gguf = "token_embd")]
-    pub embed: Embedding<D>,
+    pub embed: TokenEmbedding<D>,
     /// The layers.
     #[nnx(from = "model.layers", gguf = "blk")]
     pub layers: Vec<Layer<D, W>>,
@@ -452,7 +453,7 @@ impl Gemma3 {
             })
             .collect();
         Gemma3 {
-            embed: Embedding::builder(config.vocab_size, hidden).dtype(dtype).init(init.at("embed")).build(),
+            embed: TokenEmbedding::new(config.vocab_size, hidden, dtype, init.at("embed")),
             layers,
             norm: norm(hidden),
             lm_head: (!config.tie_word_embeddings)
@@ -521,6 +522,7 @@ impl<D: Device, W: Weights> Gemma3<D, W>
 where
     Tensor<D>: Compute,
     W::Layer<D>: Project<D>,
+    GgmlLinear<D>: Project<D>,
 {
     /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights of any
     /// float dtype; activations in f32), on the model's device.
@@ -572,7 +574,7 @@ where
         let x = self.norm.forward(&pass.finish(h)?)?;
         let logits = match &self.lm_head {
             Some(head) => head.project(&x)?,
-            None => Compute::linear(&x, &self.embed.weight, None)?,
+            None => self.embed.project(&x)?,
         };
         match config.final_logit_softcapping {
             Some(cap) => logits.scale(1.0 / cap)?.tanh()?.scale(cap),
@@ -585,6 +587,7 @@ impl<D: Device, W: Weights> super::CausalLm for Gemma3<D, W>
 where
     Tensor<D>: Compute,
     W::Layer<D>: Project<D>,
+    GgmlLinear<D>: Project<D>,
 {
     type Device = D;
 
@@ -601,7 +604,7 @@ where
         super::check_capacity(capacity, self.context_length())?;
         let config = &self.config;
         KvCache::new(
-            &self.embed.weight,
+            self.embed.cache_like(&self.norm.weight),
             self.layers.len(),
             batch,
             config.num_key_value_heads,

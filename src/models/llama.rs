@@ -8,9 +8,10 @@
 use std::path::Path;
 
 use super::qwen::{Pass, Rotary};
-use super::{Affine, Dense, Project, Weights};
+use super::{Affine, Dense, Project, TokenEmbedding, Weights};
 use crate::generate::KvCache;
-use crate::nn::{Embedding, Init, Linear, RmsNorm};
+use crate::nn::{Init, Linear, RmsNorm};
+use crate::quant::ggml::GgmlLinear;
 use crate::{Compute, DType, Device, Host, Module, Tensor};
 
 /// The fields of a Llama `config.json` that shape the model.
@@ -281,7 +282,7 @@ pub struct Layer<D: Device = Host, W: Weights = Dense> {
 pub struct Llama<D: Device = Host, W: Weights = Dense> {
     /// Token embeddings.
     #[nnx(from = "model.embed_tokens", gguf = "token_embd")]
-    pub embed: Embedding<D>,
+    pub embed: TokenEmbedding<D>,
     /// The layers.
     #[nnx(from = "model.layers", gguf = "blk")]
     pub layers: Vec<Layer<D, W>>,
@@ -337,7 +338,7 @@ impl Llama {
             Tensor::from_vec(factors, &[pairs]).expect("one factor per rotary pair")
         });
         Llama {
-            embed: Embedding::builder(config.vocab_size, hidden).dtype(dtype).init(init.at("embed")).build(),
+            embed: TokenEmbedding::new(config.vocab_size, hidden, dtype, init.at("embed")),
             layers,
             norm: norm(),
             lm_head: (!config.tie_word_embeddings).then(|| linear(hidden, config.vocab_size, init.at("lm_head"))),
@@ -410,6 +411,7 @@ impl<D: Device, W: Weights> Llama<D, W>
 where
     Tensor<D>: Compute,
     W::Layer<D>: Project<D>,
+    GgmlLinear<D>: Project<D>,
 {
     /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights of any
     /// float dtype; activations in f32), on the model's device.
@@ -458,7 +460,7 @@ where
         let x = self.norm.forward(&pass.finish(h)?)?;
         match &self.lm_head {
             Some(head) => head.project(&x),
-            None => Compute::linear(&x, &self.embed.weight, None),
+            None => self.embed.project(&x),
         }
     }
 }
@@ -467,6 +469,7 @@ impl<D: Device, W: Weights> super::CausalLm for Llama<D, W>
 where
     Tensor<D>: Compute,
     W::Layer<D>: Project<D>,
+    GgmlLinear<D>: Project<D>,
 {
     type Device = D;
 
@@ -482,7 +485,14 @@ where
     fn new_cache(&self, batch: usize, capacity: usize) -> crate::Result<KvCache<D>> {
         super::check_capacity(capacity, self.context_length())?;
         let config = &self.config;
-        KvCache::new(&self.embed.weight, self.layers.len(), batch, config.kv_heads(), config.head_dim(), capacity)
+        KvCache::new(
+            self.embed.cache_like(&self.norm.weight),
+            self.layers.len(),
+            batch,
+            config.kv_heads(),
+            config.head_dim(),
+            capacity,
+        )
     }
 
     fn forward_cached(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor> {

@@ -13,7 +13,7 @@ use super::gemma3::{Gemma3, Gemma3Config};
 use super::gpt2::{Gpt2, Gpt2Config};
 use super::llama::{Llama, LlamaConfig};
 use super::qwen::{Qwen, QwenConfig};
-use super::{Affine, CausalLm, Ggml, Seed};
+use super::{Affine, CausalLm, Ggml, Seed, TokenEmbedding};
 use crate::generate::{ChatTemplate, GenerationConfig, KvCache, Tokenizer};
 use crate::nn::Linear;
 use crate::quantized::QuantizedFolder;
@@ -73,7 +73,8 @@ impl<D: crate::Device> CausalLm for Box<dyn CausalLm<Device = D>> {
 /// mlx-community folder, or an `hf://` path to either.
 ///
 /// GGUF projections stay in their ggml blocks (Q4_K, Q8_0, ... and F32/F16/BF16), read by
-/// products that decode inside the product; embeddings and norms are decoded to f32. Folders
+/// products that decode inside the product, and so does the token embedding ([`super::TokenEmbedding`]:
+/// a lookup decodes its rows, a tied head multiplies its blocks); norms are decoded to f32. Folders
 /// load in the dtype of their weights (BF16 views of the file), or as MLX affine layers when
 /// `config.json` has a `quantization` key.
 ///
@@ -122,10 +123,17 @@ trait Target<D: Device> {
         Ok(Box::new(placed))
     }
 
+    /// Whether the token embedding stays in the file's ggml blocks ([`TokenEmbedding`]): on
+    /// the host a lookup decodes a row where it is mapped and a tied head multiplies the same
+    /// blocks, so the table is neither copied nor widened. A GPU would read each looked-up row
+    /// back, so there the table is decoded to f32 once and a tied head gets its own blocks.
+    const PACKED_EMBEDDING: bool;
+
     /// [`Target::finish`] for a model of ggml layers whose head `head` picks: a GGUF file
-    /// without `output.weight` ties the head to `token_embd.weight`, which then serves as the
-    /// head in its own blocks (the embedding itself is decoded to f32 for lookups), so that
-    /// the largest product of a decoded token reads the packed rows.
+    /// without `output.weight` ties the head to `token_embd.weight`. Without
+    /// [`Target::PACKED_EMBEDDING`] the embedding is decoded to f32 for lookups and the head
+    /// gets `token_embd`'s blocks, so that the largest product of a decoded token reads the
+    /// packed rows either way.
     fn finish_ggml<M>(
         &self,
         model: M,
@@ -140,7 +148,7 @@ trait Target<D: Device> {
         let mut placed = model.place_with(&mut crate::Placer::new(self.device()))?;
         archive.import_into(&mut placed, "")?;
         let slot = head(&mut placed);
-        if slot.is_none() {
+        if slot.is_none() && !Self::PACKED_EMBEDDING {
             let embedding = archive.ggml("token_embd.weight")?;
             let (ty, shape) = (embedding.ty, embedding.shape.clone());
             let [vocab, hidden] = shape[..] else {
@@ -157,6 +165,8 @@ trait Target<D: Device> {
 struct HostTarget;
 
 impl Target<Host> for HostTarget {
+    const PACKED_EMBEDDING: bool = true;
+
     fn device(&self) -> &Host {
         &Host
     }
@@ -167,6 +177,8 @@ struct GpuTarget(crate::Gpu);
 
 #[cfg(feature = "gpu")]
 impl Target<crate::Gpu> for GpuTarget {
+    const PACKED_EMBEDDING: bool = false;
+
     fn device(&self) -> &crate::Gpu {
         &self.0
     }
@@ -220,18 +232,21 @@ macro_rules! loader {
                         if let Some((_, shape)) = archive.entry_spec("rope_freqs.weight")? {
                             dense.rope_freqs = Some(Tensor::meta(DType::F32, &shape));
                         }
+                        pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
                         target.finish_ggml(ggml, archive, |model: &mut Llama<$device, Ggml>| &mut model.lm_head)?
                     }
                     "qwen2" | "qwen3" => {
-                        let dense =
+                        let mut dense =
                             Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                        pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
                         target.finish_ggml(ggml, archive, |model: &mut Qwen<$device, Ggml>| &mut model.lm_head)?
                     }
                     "gemma3" => {
-                        let dense =
+                        let mut dense =
                             Gemma3::new(&Gemma3Config::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                        pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
                         target.finish_ggml(ggml, archive, |model: &mut Gemma3<$device, Ggml>| &mut model.lm_head)?
                     }
@@ -443,6 +458,20 @@ impl Kind {
             Kind::Affine(_) | Kind::Seed => DType::BF16,
         }
     }
+}
+
+/// Makes `embed` a meta table of `token_embd.weight`'s ggml blocks where the target keeps
+/// them packed ([`Target::PACKED_EMBEDDING`]); the import then fills it with the file's bytes.
+fn pack_embedding<D: Device, T: Target<D>>(archive: &Archive, embed: &mut TokenEmbedding) -> Result<()> {
+    if !T::PACKED_EMBEDDING {
+        return Ok(());
+    }
+    let [vocab, hidden] = embed.weight.shape()[..] else { unreachable!("a token embedding is 2-D") };
+    // A missing entry is named by the import.
+    if let Some(ty) = archive.ggml_type("token_embd.weight") {
+        *embed = TokenEmbedding::packed_meta(vocab, hidden, ty)?;
+    }
+    Ok(())
 }
 
 /// For `map_weights`: the meta [`GgmlLinear`] of each dense projection of `dense`, of the

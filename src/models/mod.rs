@@ -20,10 +20,11 @@ pub use load::{LoadedModel, load};
 use std::fmt::Debug;
 use std::path::Path;
 
-use nnx_core::quant::ggml::GgmlLinear;
+use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
 use nnx_core::quant::{QuantizedLinear, SeedLinear};
-use nnx_core::{Compute, Device, Host, Tensor};
+use nnx_core::{Compute, DType, Device, Host, Tensor};
 
+use crate::Module;
 use crate::nn::Linear;
 
 /// A layer that maps the last axis of its input, dense or packed: what a model's projections
@@ -81,6 +82,96 @@ impl Project<crate::Gpu> for GgmlLinear<crate::Gpu> {
 impl Project<crate::Gpu> for SeedLinear<crate::Gpu> {
     fn project(&self, x: &Tensor<crate::Gpu>) -> crate::Result<Tensor<crate::Gpu>> {
         self.forward(x)
+    }
+}
+
+/// The token embedding of a decoder: a float table `[vocab, hidden]`, or (from a GGUF file)
+/// the packed ggml rows `U8 [vocab, row_bytes]` exactly as the file stores them. A packed
+/// table decodes only the rows a pass looks up, and a tied head multiplies the same mapped
+/// blocks, so the largest tensor of a small model is never held twice or widened to f32.
+#[derive(Module, Clone, Debug)]
+pub struct TokenEmbedding<D: Device = Host> {
+    /// The table: float `[vocab, hidden]`, or U8 `[vocab, row_bytes]` when [`Self::ggml`] is
+    /// set.
+    pub weight: Tensor<D>,
+    /// The ggml type of the rows and their width in values, when the table is packed.
+    #[nnx(skip)]
+    pub ggml: Option<(GgmlType, usize)>,
+}
+
+impl TokenEmbedding {
+    /// A float table of `vocab` rows of `hidden` values.
+    pub fn new(vocab: usize, hidden: usize, dtype: DType, init: crate::nn::Init) -> TokenEmbedding {
+        let table = crate::nn::Embedding::builder(vocab, hidden).dtype(dtype).init(init).build();
+        TokenEmbedding { weight: table.weight, ggml: None }
+    }
+
+    /// A meta table of `vocab` rows of `hidden` values packed as `ty`, for importing the
+    /// blocks of a GGUF entry as they are.
+    ///
+    /// # Errors
+    /// [`Error::GgmlRow`](crate::Error::GgmlRow) when `hidden` is not a whole number of `ty`'s
+    /// blocks.
+    pub fn packed_meta(vocab: usize, hidden: usize, ty: GgmlType) -> crate::Result<TokenEmbedding> {
+        let row_bytes = ty.row_bytes(hidden).ok_or(crate::Error::GgmlRow {
+            op: "TokenEmbedding::packed_meta",
+            ty: ty.name(),
+            block_size: ty.block_size(),
+            values: hidden,
+            bytes: 0,
+        })?;
+        Ok(TokenEmbedding { weight: Tensor::meta(DType::U8, &[vocab, row_bytes]), ggml: Some((ty, hidden)) })
+    }
+}
+
+impl<D: Device> TokenEmbedding<D> {
+    /// The tensor a key/value cache takes its dtype and device from: the float table, or
+    /// `float` (an f32 norm weight) beside a packed one.
+    pub(crate) fn cache_like<'a>(&'a self, float: &'a Tensor<D>) -> &'a Tensor<D> {
+        if self.ggml.is_some() { float } else { &self.weight }
+    }
+}
+
+impl<D: Device> TokenEmbedding<D>
+where
+    Tensor<D>: Compute,
+    GgmlLinear<D>: Project<D>,
+{
+    /// The rows `ids` as `[ids.len(), hidden]` in f32. Packed rows are decoded one by one
+    /// (each a view of the table; on a GPU, a read of that row).
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange) for an id past the table; a
+    /// packed row that does not decode.
+    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor<D>> {
+        let Some((ty, hidden)) = self.ggml else { return Compute::embedding(&self.weight, ids) };
+        let rows = self.weight.shape()[0];
+        let mut values = vec![0f32; ids.len() * hidden];
+        for (position, (&id, out)) in ids.iter().zip(values.chunks_exact_mut(hidden.max(1))).enumerate() {
+            let id = id as usize;
+            if id >= rows {
+                let shape = self.weight.shape().to_vec();
+                return Err(crate::Error::IndexOutOfRange { op: "TokenEmbedding::forward", id, position, rows, shape });
+            }
+            let row = Compute::to_host(&Compute::narrow(&self.weight, 0, id, 1)?)?.contiguous();
+            let bytes = row.as_slice::<u8>()?.ok_or(crate::Error::Meta { op: "TokenEmbedding::forward" })?;
+            nnx_core::quant::ggml::dequantize_row(ty, bytes, out)?;
+        }
+        let host = Tensor::from_vec(values, &[ids.len(), hidden])?;
+        crate::Placer::new(self.weight.device()).tensor(&host)
+    }
+
+    /// `x` times the table's transpose: a head tied to this embedding, `[.., vocab]` in f32.
+    /// A packed table multiplies its blocks in place (see
+    /// [`GgmlLinear::forward`](nnx_core::quant::ggml::GgmlLinear::forward)).
+    ///
+    /// # Errors
+    /// A last axis of `x` that is not the table's width.
+    pub fn project(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
+        match self.ggml {
+            Some((ty, hidden)) => GgmlLinear::new(self.weight.clone(), None, ty, hidden)?.project(x),
+            None => Compute::linear(x, &self.weight, None),
+        }
     }
 }
 

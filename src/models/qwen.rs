@@ -7,10 +7,11 @@
 use std::path::{Path, PathBuf};
 
 use super::llama::RopeParameters;
-use super::{Affine, Dense, Project, Weights};
+use super::{Affine, Dense, Project, TokenEmbedding, Weights};
 use crate::generate::KvCache;
 use crate::gguf::Metadata;
-use crate::nn::{Embedding, Init, Linear, RmsNorm};
+use crate::nn::{Init, Linear, RmsNorm};
+use crate::quant::ggml::GgmlLinear;
 use crate::{Compute, DType, Device, Host, Module, Tensor};
 
 /// The fields of a Qwen2 or Qwen3 `config.json` (`model_type` `qwen2` or `qwen3`) that shape
@@ -576,7 +577,7 @@ pub struct Layer<D: Device = Host, W: Weights = Dense> {
 pub struct Qwen<D: Device = Host, W: Weights = Dense> {
     /// Token embeddings.
     #[nnx(from = "model.embed_tokens", gguf = "token_embd")]
-    pub embed: Embedding<D>,
+    pub embed: TokenEmbedding<D>,
     /// The layers.
     #[nnx(from = "model.layers", gguf = "blk")]
     pub layers: Vec<Layer<D, W>>,
@@ -625,7 +626,7 @@ impl Qwen {
             })
             .collect();
         Qwen {
-            embed: Embedding::builder(config.vocab_size, hidden).dtype(dtype).init(init.at("embed")).build(),
+            embed: TokenEmbedding::new(config.vocab_size, hidden, dtype, init.at("embed")),
             layers,
             norm: norm(hidden),
             lm_head: (!config.tie_word_embeddings)
@@ -785,6 +786,7 @@ impl<D: Device, W: Weights> Qwen<D, W>
 where
     Tensor<D>: Compute,
     W::Layer<D>: Project<D>,
+    GgmlLinear<D>: Project<D>,
 {
     /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights of any
     /// float dtype; activations in f32), on the model's device.
@@ -827,7 +829,7 @@ where
         let x = self.norm.forward(&pass.finish(h)?)?;
         match &self.lm_head {
             Some(head) => head.project(&x),
-            None => Compute::linear(&x, &self.embed.weight, None),
+            None => self.embed.project(&x),
         }
     }
 }
@@ -836,6 +838,7 @@ impl<D: Device, W: Weights> super::CausalLm for Qwen<D, W>
 where
     Tensor<D>: Compute,
     W::Layer<D>: Project<D>,
+    GgmlLinear<D>: Project<D>,
 {
     type Device = D;
 
@@ -851,7 +854,14 @@ where
     fn new_cache(&self, batch: usize, capacity: usize) -> crate::Result<KvCache<D>> {
         super::check_capacity(capacity, self.context_length())?;
         let config = &self.config;
-        KvCache::new(&self.embed.weight, self.layers.len(), batch, config.kv_heads(), config.head_dim(), capacity)
+        KvCache::new(
+            self.embed.cache_like(&self.norm.weight),
+            self.layers.len(),
+            batch,
+            config.kv_heads(),
+            config.head_dim(),
+            capacity,
+        )
     }
 
     fn forward_cached(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor> {

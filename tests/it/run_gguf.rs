@@ -122,6 +122,29 @@ fn a_tied_gguf_head_reads_the_embedding_blocks() {
     let loaded = nnx::models::load(file.to_str().unwrap()).unwrap();
     let greedy = loaded.model.generate(&ids(&reference["ids"]), 4).unwrap();
     assert_eq!(greedy.len(), 20);
+
+    // The loader keeps the table in its blocks: a lookup decodes the rows, and the tied head
+    // is the product with the same blocks.
+    let entry = archive.ggml("token_embd.weight").unwrap();
+    let [vocab, hidden] = entry.shape[..] else { panic!("a 2-D embedding") };
+    let row_bytes = entry.data.shape()[0] / vocab;
+    let embed = nnx::models::TokenEmbedding {
+        weight: entry.data.reshape(&[vocab, row_bytes]).unwrap(),
+        ggml: Some((entry.ty, hidden)),
+    };
+    let decoded = entry.dequantize().unwrap().to_vec::<f32>().unwrap();
+    let rows = embed.forward(&[7, 0, 7, vocab as u32 - 1]).unwrap();
+    assert_eq!(rows.shape(), [4, hidden]);
+    let expected: Vec<f32> =
+        [7, 0, 7, vocab - 1].iter().flat_map(|&id| decoded[id * hidden..(id + 1) * hidden].to_vec()).collect();
+    assert_eq!(rows.to_vec::<f32>().unwrap(), expected);
+    let head = nnx::quant::ggml::GgmlLinear::new(embed.weight.clone(), None, entry.ty, hidden).unwrap();
+    assert_eq!(
+        embed.project(&rows).unwrap().to_vec::<f32>().unwrap(),
+        head.forward(&rows).unwrap().to_vec::<f32>().unwrap()
+    );
+    let error = embed.forward(&[1, vocab as u32]).unwrap_err().to_string();
+    assert!(error.contains(&format!("id {vocab} at position 1")), "{error}");
 }
 
 #[test]
