@@ -255,6 +255,21 @@ fn tile_into(isa: Isa, ty: GgmlType, weight: &[u8], acts: &[Act<'_>], out: &mut 
     }
 }
 
+/// The outputs of consecutive weight rows (`weight` holds `out.len()` of them) for one
+/// activation row: the type is dispatched once and the rows run in one vector function.
+fn rows_into(isa: Isa, ty: GgmlType, weight: &[u8], act: Act<'_>, out: &mut [f32]) {
+    match isa {
+        Isa::Scalar => {
+            let row_bytes = weight.len() / out.len().max(1);
+            for (row, out) in weight.chunks_exact(row_bytes.max(1)).zip(out) {
+                *out = scalar::tile(ty, row, &[act])[0];
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(avx2) => avx2.rows(ty, weight, act, out),
+    }
+}
+
 /// The operands of a product other than its output.
 struct Operands<'a> {
     ty: GgmlType,
@@ -353,6 +368,10 @@ impl Operands<'_> {
             let task = |(index, out): (usize, &mut [f32])| {
                 let first = index * per_task;
                 let count = out.len() / m;
+                if let [act] = acts[..] {
+                    let rows = &weight[first * row_bytes..(first + count) * row_bytes];
+                    return rows_into(isa, ty, rows, act, out);
+                }
                 // Activation tiles outside, weight rows inside: the task's weight rows stay in
                 // cache while each tile of activations passes over them.
                 for (start, acts) in acts.chunks(TILE).enumerate() {
@@ -468,11 +487,16 @@ mod tests {
         }
     }
 
-    /// The portable kernels, then the vector ones where the processor has them.
+    /// The portable kernels, then the vector ones where the processor has them (AVX2 alone
+    /// too where it also has AVX-VNNI).
     fn isas() -> Vec<Isa> {
         #[cfg(target_arch = "x86_64")]
         if let Some(avx2) = avx2::Avx2::detect() {
-            return vec![Isa::Scalar, Isa::Avx2(avx2)];
+            let mut isas = vec![Isa::Scalar, Isa::Avx2(avx2.without_vnni())];
+            if avx2.has_vnni() {
+                isas.push(Isa::Avx2(avx2));
+            }
+            return isas;
         }
         vec![Isa::Scalar]
     }

@@ -14,34 +14,95 @@ use std::arch::x86_64::*;
 use super::{Act, scales_mins};
 use crate::quant::ggml::GgmlType;
 
-/// Proof that the processor has AVX2, FMA and F16C: only [`Avx2::detect`] makes one.
+/// Proof that the processor has AVX2, FMA and F16C: only [`Avx2::detect`] makes one. It also
+/// says whether the processor has AVX-VNNI, whose `vpdpbusd` does `maddubs` and `madd` in one
+/// instruction (and without their 16-bit intermediate).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Avx2(());
+pub(super) struct Avx2 {
+    vnni: bool,
+}
 
 impl Avx2 {
     /// The proof, where the processor has the instructions.
     pub(super) fn detect() -> Option<Avx2> {
         let found =
             is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-        found.then_some(Avx2(()))
+        found.then(|| Avx2 { vnni: is_x86_feature_detected!("avxvnni") })
+    }
+
+    /// The same kernels without AVX-VNNI, for comparing the two.
+    #[cfg(test)]
+    pub(super) fn without_vnni(self) -> Avx2 {
+        Avx2 { vnni: false }
+    }
+
+    /// Whether the kernels use AVX-VNNI.
+    #[cfg(test)]
+    pub(super) fn has_vnni(self) -> bool {
+        self.vnni
     }
 
     /// The outputs of one weight row of `ty` for `N` activation rows.
     pub(super) fn tile<const N: usize>(self, ty: GgmlType, weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
-        // SAFETY: `self` exists, so `detect` found AVX2, FMA and F16C, all the kernels enable.
+        if self.vnni { self.kernel::<N, true>(ty, weight, acts) } else { self.kernel::<N, false>(ty, weight, acts) }
+    }
+
+    /// The outputs of the weight rows of `ty` in `weight` (`out.len()` of them) for one
+    /// activation row.
+    pub(super) fn rows(self, ty: GgmlType, weight: &[u8], act: Act<'_>, out: &mut [f32]) {
+        // SAFETY: as in `kernel`.
+        unsafe { if self.vnni { rows::<true>(ty, weight, act, out) } else { rows::<false>(ty, weight, act, out) } }
+    }
+
+    /// [`Avx2::tile`] with `vpdpbusd` where `VNNI`.
+    fn kernel<const N: usize, const VNNI: bool>(self, ty: GgmlType, weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
+        // SAFETY: `self` exists, so `detect` found AVX2, FMA and F16C, all the kernels enable,
+        // and AVX-VNNI where `VNNI` is asked for.
         unsafe {
             match ty {
-                GgmlType::Q4_0 => small::<Q4_0, 18, N>(weight, acts),
-                GgmlType::Q4_1 => small::<Q4_1, 20, N>(weight, acts),
-                GgmlType::Q5_0 => small::<Q5_0, 22, N>(weight, acts),
-                GgmlType::Q5_1 => small::<Q5_1, 24, N>(weight, acts),
-                GgmlType::Q8_0 => small::<Q8_0, 34, N>(weight, acts),
-                GgmlType::Q4_K => k_quant::<N, 144, false>(weight, acts),
-                GgmlType::Q5_K => k_quant::<N, 176, true>(weight, acts),
+                GgmlType::Q4_0 => small::<Q4_0, 18, N, VNNI>(weight, acts),
+                GgmlType::Q4_1 => small::<Q4_1, 20, N, VNNI>(weight, acts),
+                GgmlType::Q5_0 => small::<Q5_0, 22, N, VNNI>(weight, acts),
+                GgmlType::Q5_1 => small::<Q5_1, 24, N, VNNI>(weight, acts),
+                GgmlType::Q8_0 => small::<Q8_0, 34, N, VNNI>(weight, acts),
+                GgmlType::Q4_K => k_quant::<N, 144, false, VNNI>(weight, acts),
+                GgmlType::Q5_K => k_quant::<N, 176, true, VNNI>(weight, acts),
                 GgmlType::Q6_K => q6_k(weight, acts),
                 _ => unreachable!("{ty} has no integer kernel"),
             }
         }
+    }
+}
+
+/// How far ahead of the row being multiplied [`rows`] asks for the weight's bytes. A
+/// decoded token reads every weight once, from memory rather than cache, and the hardware's
+/// own prefetching follows rows of a few hundred bytes poorly: asking 2 KiB ahead nearly
+/// doubles the bytes per second of a product of rows of 576 Q8_0 values.
+const PREFETCH_AHEAD: usize = 2048;
+
+/// [`Avx2::rows`], each type's row kernel inlined into its loop over the rows, with the bytes
+/// [`PREFETCH_AHEAD`] of each row asked for before it is multiplied.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows<const VNNI: bool>(ty: GgmlType, weight: &[u8], act: Act<'_>, out: &mut [f32]) {
+    let row_bytes = (weight.len() / out.len().max(1)).max(1);
+    let acts = [act];
+    let rows = weight.chunks_exact(row_bytes).zip(out).enumerate().map(|(i, pair)| {
+        let ahead = weight.get(i * row_bytes + PREFETCH_AHEAD..).unwrap_or_default();
+        for line in ahead[..row_bytes.min(ahead.len())].chunks(64) {
+            _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
+        }
+        pair
+    });
+    match ty {
+        GgmlType::Q4_0 => rows.for_each(|(row, out)| *out = small::<Q4_0, 18, 1, VNNI>(row, &acts)[0]),
+        GgmlType::Q4_1 => rows.for_each(|(row, out)| *out = small::<Q4_1, 20, 1, VNNI>(row, &acts)[0]),
+        GgmlType::Q5_0 => rows.for_each(|(row, out)| *out = small::<Q5_0, 22, 1, VNNI>(row, &acts)[0]),
+        GgmlType::Q5_1 => rows.for_each(|(row, out)| *out = small::<Q5_1, 24, 1, VNNI>(row, &acts)[0]),
+        GgmlType::Q8_0 => rows.for_each(|(row, out)| *out = small::<Q8_0, 34, 1, VNNI>(row, &acts)[0]),
+        GgmlType::Q4_K => rows.for_each(|(row, out)| *out = k_quant::<1, 144, false, VNNI>(row, &acts)[0]),
+        GgmlType::Q5_K => rows.for_each(|(row, out)| *out = k_quant::<1, 176, true, VNNI>(row, &acts)[0]),
+        GgmlType::Q6_K => rows.for_each(|(row, out)| *out = q6_k(row, &acts)[0]),
+        _ => unreachable!("{ty} has no integer kernel"),
     }
 }
 
@@ -123,18 +184,37 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)))
 }
 
-/// `sum w_i x_i` over 32 byte pairs, in 8 lanes of 4 products: `w` unsigned, `x` signed.
+/// `sum w_i x_i` over 32 byte pairs, in 8 lanes of 4 products: `w` unsigned, `x` signed. With
+/// `VNNI` one `vpdpbusd` (VEX-encoded, AVX-VNNI), written as assembly so that the kernels need
+/// not be compiled twice with different target features; the caller must have checked for
+/// AVX-VNNI.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn dot_unsigned(w: __m256i, x: __m256i) -> __m256i {
-    _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+fn dot_unsigned<const VNNI: bool>(w: __m256i, x: __m256i) -> __m256i {
+    if VNNI {
+        let mut sums = _mm256_setzero_si256();
+        // SAFETY: the instruction only reads and writes the three registers; `Avx2::kernel`
+        // runs `VNNI` kernels only where `detect` found AVX-VNNI.
+        unsafe {
+            std::arch::asm!(
+                "{{vex}} vpdpbusd {sums}, {w}, {x}",
+                sums = inout(ymm_reg) sums,
+                w = in(ymm_reg) w,
+                x = in(ymm_reg) x,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        sums
+    } else {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+    }
 }
 
 /// `sum w_i x_i` over 32 byte pairs, in 8 lanes of 4 products, both signed.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn dot_signed(w: __m256i, x: __m256i) -> __m256i {
-    dot_unsigned(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+fn dot_signed<const VNNI: bool>(w: __m256i, x: __m256i) -> __m256i {
+    dot_unsigned::<VNNI>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
 }
 
 /// 16 in byte `i` where bit `i` of `high` is set: byte `i` takes byte `i / 8` of the word,
@@ -201,7 +281,7 @@ type Sums<const N: usize> = [[__m256; N]; 3];
 /// `dx * sum(x)` at once.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn small_group<const T: u8, const B: usize, const N: usize>(
+fn small_group<const T: u8, const B: usize, const N: usize, const VNNI: bool>(
     group: &[[u8; B]; 8],
     acts: &[Act<'_>; N],
     first: usize,
@@ -226,7 +306,7 @@ fn small_group<const T: u8, const B: usize, const N: usize>(
     }
     let add = |k: usize, r: usize, w: __m256i, sum: __m256| -> __m256 {
         let x = load_act(&xs[r][k]);
-        let products = if T == Q8_0 { dot_signed(w, x) } else { dot_unsigned(w, x) };
+        let products = if T == Q8_0 { dot_signed::<VNNI>(w, x) } else { dot_unsigned::<VNNI>(w, x) };
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_set1_ps(steps[r][k]), sum)
     };
     for pair in 0..4 {
@@ -242,11 +322,14 @@ fn small_group<const T: u8, const B: usize, const N: usize>(
 /// Rows of the 32-value type `T`, `B` bytes a block, 8 blocks at a time. A row's last blocks,
 /// when fewer than 8, go one at a time (rows of 576 values, common in small models, end in 2).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn small<const T: u8, const B: usize, const N: usize>(weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
+fn small<const T: u8, const B: usize, const N: usize, const VNNI: bool>(
+    weight: &[u8],
+    acts: &[Act<'_>; N],
+) -> [f32; N] {
     let mut sums = [[_mm256_setzero_ps(); N]; 3];
     let (groups, tail) = weight.as_chunks::<B>().0.as_chunks::<8>();
     for (g, group) in groups.iter().enumerate() {
-        sums = small_group::<T, B, N>(group, acts, 8 * g, sums);
+        sums = small_group::<T, B, N, VNNI>(group, acts, 8 * g, sums);
     }
     let mut constants = [0f32; N];
     for (k, block) in tail.iter().enumerate() {
@@ -261,7 +344,7 @@ fn small<const T: u8, const B: usize, const N: usize>(weight: &[u8], acts: &[Act
         let w = unpack::<T, B>(block);
         for r in 0..N {
             let x = load_act(&acts[r].q[k]);
-            let products = if T == Q8_0 { dot_signed(w, x) } else { dot_unsigned(w, x) };
+            let products = if T == Q8_0 { dot_signed::<VNNI>(w, x) } else { dot_unsigned::<VNNI>(w, x) };
             sums[0][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_set1_ps(d * acts[r].d[k]), sums[0][r]);
             constants[r] += constant * acts[r].ds[k];
         }
@@ -280,7 +363,10 @@ fn small<const T: u8, const B: usize, const N: usize>(weight: &[u8], acts: &[Act
 /// `2c + 1`); Q5_K's fifth bits come from bits `2c`, `2c + 1` of `qh`, shifted down by 2 per
 /// chunk (16-bit shifts: the bits that cross into the neighbouring byte are masked off).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k_quant<const N: usize, const BYTES: usize, const FIFTH: bool>(weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
+fn k_quant<const N: usize, const BYTES: usize, const FIFTH: bool, const VNNI: bool>(
+    weight: &[u8],
+    acts: &[Act<'_>; N],
+) -> [f32; N] {
     let low4 = _mm256_set1_epi8(0x0f);
     let bit4 = _mm256_set1_epi8(0x10);
     let mut even = [_mm256_setzero_ps(); N];
@@ -308,9 +394,9 @@ fn k_quant<const N: usize, const BYTES: usize, const FIFTH: bool>(weight: &[u8],
             }
             let b = 8 * s + 2 * c;
             for r in 0..N {
-                let products = _mm256_cvtepi32_ps(dot_unsigned(low, load_act(&acts[r].q[b])));
+                let products = _mm256_cvtepi32_ps(dot_unsigned::<VNNI>(low, load_act(&acts[r].q[b])));
                 even[r] = _mm256_fmadd_ps(products, _mm256_set1_ps(steps[r][2 * c]), even[r]);
-                let products = _mm256_cvtepi32_ps(dot_unsigned(top, load_act(&acts[r].q[b + 1])));
+                let products = _mm256_cvtepi32_ps(dot_unsigned::<VNNI>(top, load_act(&acts[r].q[b + 1])));
                 odd[r] = _mm256_fmadd_ps(products, _mm256_set1_ps(steps[r][2 * c + 1]), odd[r]);
             }
         }
