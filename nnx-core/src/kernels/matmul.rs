@@ -40,20 +40,39 @@ pub(crate) fn product(lhs: Matrix<'_>, rhs: Matrix<'_>, m: usize, k: usize, n: u
     assert!(last(&rhs, k, n) < rhs.data.len(), "the right operand lies in its block");
     let parallelism =
         if threads > 1 && m * n * k >= THREADED_WORK { Parallelism::Rayon(threads) } else { Parallelism::None };
-    // SAFETY: `dst` is an exclusively borrowed row-major m × n buffer (checked length), written
-    // through row stride n and column stride 1. Each operand's elements `start + i * row_stride +
-    // j * column_stride` for i < rows, j < columns lie in its slice: the largest such offset was
-    // checked above and strides are non-negative. The operands are shared borrows that do not
-    // alias `dst`. `read_dst` is false, so `dst` is written and never read, and `T` is f32,
-    // which `gemm` supports.
+    // SAFETY: `dst` is an exclusively borrowed row-major m × n buffer (checked length), so row
+    // stride n covers exactly its elements; the operands were checked above.
+    unsafe { product_strided(lhs, rhs, m, k, n, dst.as_mut_ptr(), n, parallelism) }
+}
+
+/// `dst = lhs · rhs` as [`product`] does, into the `m × n` block at `dst` whose rows are
+/// `dst_row_stride` apart (columns adjacent): one block of columns of a wider output.
+///
+/// # Safety
+/// Each operand's elements `start + i * row_stride + j * column_stride` (`i` below its rows,
+/// `j` below its columns) lie in its slice; `dst + i * dst_row_stride + j` for `i < m`, `j <
+/// n` are valid for writes and no other thread reads or writes them during the call.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn product_strided(
+    lhs: Matrix<'_>,
+    rhs: Matrix<'_>,
+    m: usize,
+    k: usize,
+    n: usize,
+    dst: *mut f32,
+    dst_row_stride: usize,
+    parallelism: Parallelism,
+) {
+    // SAFETY: the caller's contract; `read_dst` is false, so `dst` is written and never read,
+    // and `T` is f32, which `gemm` supports.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             1,
-            n as isize,
+            dst_row_stride as isize,
             false,
             lhs.data.as_ptr().add(lhs.start),
             lhs.column_stride as isize,

@@ -107,9 +107,18 @@ pub fn matmul(ty: GgmlType, weight: &[u8], rows: usize, cols: usize, x: &[f32], 
 /// keeps far more sums in registers than the row kernels' tiles of four (a prompt's prefill).
 const GEMM_ROWS: usize = 16;
 
-/// Weight rows decoded at a time for [`GEMM_ROWS`] and more activation rows: small enough to
-/// stay in cache beside the activations, large enough for the matrix kernels to share out.
+/// The most weight rows one task decodes and multiplies for [`GEMM_ROWS`] and more activation
+/// rows: small enough to stay in cache beside the activations.
 const PANEL_ROWS: usize = 256;
+
+/// The fewest: below this the matrix kernels' register tiles go partly unused.
+const MIN_PANEL_ROWS: usize = 32;
+
+/// Weight rows per task for a product of `rows` on `threads` threads: about four tasks per
+/// thread, so that the threads finish together, in multiples of 16 rows.
+fn panel_rows(rows: usize, threads: usize) -> usize {
+    (rows / (4 * threads.max(1))).next_multiple_of(16).clamp(MIN_PANEL_ROWS, PANEL_ROWS)
+}
 
 /// The instructions the integer kernels run on.
 #[derive(Clone, Copy, Debug)]
@@ -310,34 +319,55 @@ impl Operands<'_> {
         Ok(row_bytes)
     }
 
-    /// The product into `y` through f32: each panel of [`PANEL_ROWS`] weight rows decoded
-    /// (rows in parallel), then multiplied with every activation row by the matrix kernels.
+    /// The product into `y` through f32, in one parallel pass: each task decodes a panel of
+    /// weight rows (at most [`PANEL_ROWS`]) into its thread's scratch and multiplies every
+    /// activation row with it on that thread, writing its block of `y`'s columns in place.
     /// Exact up to f32 rounding: activations are not rounded to 8 bits here.
     fn panels(&self, op: &'static str, y: &mut [f32]) -> Result<()> {
-        use crate::kernels::matmul::{Matrix, product};
-        let row_bytes = self.check(op, y.len())?;
-        let Operands { ty, weight, rows, cols, x, m } = *self;
-        let threads = rayon::current_num_threads();
-        let mut decoded = vec![0f32; PANEL_ROWS.min(rows) * cols];
-        let mut block = vec![0f32; m * PANEL_ROWS.min(rows)];
-        for first in (0..rows).step_by(PANEL_ROWS) {
-            let count = PANEL_ROWS.min(rows - first);
-            let panel = &mut decoded[..count * cols];
-            let weights = &weight[first * row_bytes..(first + count) * row_bytes];
-            panel
-                .par_chunks_mut(cols)
-                .zip(weights.par_chunks(row_bytes))
-                .try_for_each(|(out, row)| super::dequantize_row(ty, row, out))?;
-            let lhs = Matrix { data: x, start: 0, row_stride: cols, column_stride: 1 };
-            // The panel's transpose: `cols x count`, read down its rows.
-            let rhs = Matrix { data: panel, start: 0, row_stride: 1, column_stride: cols };
-            let out = &mut block[..m * count];
-            product(lhs, rhs, m, cols, count, out, threads);
-            for (y, out) in y.chunks_exact_mut(rows).zip(out.chunks_exact(count)) {
-                y[first..first + count].copy_from_slice(out);
+        use crate::kernels::matmul::{Matrix, product_strided};
+
+        /// `y`, shared by tasks that write disjoint blocks of its columns.
+        #[derive(Clone, Copy)]
+        struct Output(*mut f32);
+        impl Output {
+            /// Column `column` of `y`'s first row (a method, so that closures take the
+            /// whole `Output` rather than its pointer).
+            fn column(self, column: usize) -> *mut f32 {
+                self.0.wrapping_add(column)
             }
         }
-        Ok(())
+        // SAFETY: the tasks write disjoint columns of `y`, which outlives the parallel pass.
+        unsafe impl Send for Output {}
+        // SAFETY: as for `Send`: no two tasks touch the same element.
+        unsafe impl Sync for Output {}
+
+        thread_local! {
+            static DECODED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+
+        let row_bytes = self.check(op, y.len())?;
+        let Operands { ty, weight, rows, cols, x, m } = *self;
+        let panel = panel_rows(rows, rayon::current_num_threads());
+        let output = Output(y.as_mut_ptr());
+        weight.par_chunks(panel * row_bytes).enumerate().try_for_each(|(index, bytes)| {
+            let (first, count) = (index * panel, bytes.len() / row_bytes);
+            DECODED.with_borrow_mut(|decoded| -> Result<()> {
+                decoded.resize(count * cols, 0.0);
+                for (out, row) in decoded.chunks_exact_mut(cols).zip(bytes.chunks_exact(row_bytes)) {
+                    super::dequantize_row(ty, row, out)?;
+                }
+                let lhs = Matrix { data: x, start: 0, row_stride: cols, column_stride: 1 };
+                // The panel's transpose: `cols x count`, read down its rows.
+                let rhs = Matrix { data: decoded, start: 0, row_stride: 1, column_stride: cols };
+                // SAFETY: `x` is `m x cols` and the panel `count x cols` (checked lengths), so
+                // both operands lie in their slices; this task alone writes columns `first..first
+                // + count` of the `m x rows` output `y`, which is borrowed for the whole pass.
+                unsafe {
+                    product_strided(lhs, rhs, m, cols, count, output.column(first), rows, gemm::Parallelism::None);
+                }
+                Ok(())
+            })
+        })
     }
 
     /// The product into `y`, on the given instructions.
