@@ -297,6 +297,13 @@ pub struct Llama<D: Device = Host, W: Weights = Dense> {
     /// of Llama 3 (whose metadata does not say it), which the loader then reads.
     #[nnx(optional, gguf = "rope_freqs.weight")]
     pub rope_freqs: Option<Tensor<D>>,
+    /// Whether `q`'s and `k`'s rows are in llama.cpp's rotary pair order, as a GGUF file
+    /// stores them (imported with
+    /// [`ImportOptions::with_stored_rope_rows`](crate::ImportOptions::with_stored_rope_rows)):
+    /// each head's outputs are then put back in halves order before the rotation, so that
+    /// the weights are the file's bytes as they are rather than a reordered copy.
+    #[nnx(skip)]
+    pub stored_rope_rows: bool,
     /// The configuration.
     #[nnx(skip)]
     pub config: LlamaConfig,
@@ -343,6 +350,7 @@ impl Llama {
             norm: norm(),
             lm_head: (!config.tie_word_embeddings).then(|| linear(hidden, config.vocab_size, init.at("lm_head"))),
             rope_freqs,
+            stored_rope_rows: false,
             config: config.clone(),
         }
     }
@@ -402,6 +410,7 @@ impl<W: Weights> Llama<Host, W> {
             norm: self.norm.clone(),
             lm_head: self.lm_head.as_ref().map(|head| convert("lm_head", head)).transpose()?,
             rope_freqs: self.rope_freqs.clone(),
+            stored_rope_rows: self.stored_rope_rows,
             config: self.config.clone(),
         })
     }
@@ -435,6 +444,17 @@ where
         self.run(ids, Pass::cached(ids, cache)?)
     }
 
+    /// `t` `[rows, heads * head_dim]` with each head in halves order (the rotation's pairs
+    /// `head_dim / 2` apart): as it is, or from pair order where [`Llama::stored_rope_rows`].
+    fn halves_order(&self, t: Tensor<D>, heads: usize, head_dim: usize) -> crate::Result<Tensor<D>> {
+        if !self.stored_rope_rows {
+            return Ok(t);
+        }
+        let rows = t.shape()[0];
+        let halves = Compute::reshape(&t, &[rows, heads, head_dim / 2, 2])?.permute(&[0, 1, 3, 2])?;
+        Compute::reshape(&Compute::contiguous(&halves)?, &[rows, heads * head_dim])
+    }
+
     fn run(&self, ids: &[u32], mut pass: Pass<'_, D>) -> crate::Result<Tensor<D>> {
         let config = &self.config;
         let (heads, kv_heads, head_dim) = (config.num_attention_heads, config.kv_heads(), config.head_dim());
@@ -448,8 +468,10 @@ where
         for (index, layer) in self.layers.iter().enumerate() {
             let attn = &layer.attn;
             let x = layer.attn_norm.forward(&h)?;
-            let q = pass.heads(&attn.q.project(&x)?, heads, head_dim, None, Some(&rotary))?;
-            let k = pass.heads(&attn.k.project(&x)?, kv_heads, head_dim, None, Some(&rotary))?;
+            let q = self.halves_order(attn.q.project(&x)?, heads, head_dim)?;
+            let q = pass.heads(&q, heads, head_dim, None, Some(&rotary))?;
+            let k = self.halves_order(attn.k.project(&x)?, kv_heads, head_dim)?;
+            let k = pass.heads(&k, kv_heads, head_dim, None, Some(&rotary))?;
             let v = pass.heads(&attn.v.project(&x)?, kv_heads, head_dim, None, None)?;
             let context = pass.attend(index, &q, k, v, None)?;
             h = h.add(&attn.o.project(&context)?)?;

@@ -138,6 +138,7 @@ trait Target<D: Device> {
         &self,
         model: M,
         archive: &Archive,
+        options: &ImportOptions,
         head: fn(&mut M::Placed) -> &mut Option<GgmlLinear<D>>,
     ) -> Result<Box<dyn CausalLm<Device = D>>>
     where
@@ -146,7 +147,7 @@ trait Target<D: Device> {
         GgmlLinear: crate::Place<D, Placed = GgmlLinear<D>>,
     {
         let mut placed = model.place_with(&mut crate::Placer::new(self.device()))?;
-        archive.import_into(&mut placed, "")?;
+        archive.import_into_with(&mut placed, "", options)?;
         let slot = head(&mut placed);
         if slot.is_none() && !Self::PACKED_EMBEDDING {
             let embedding = archive.ggml("token_embd.weight")?;
@@ -233,22 +234,37 @@ macro_rules! loader {
                             dense.rope_freqs = Some(Tensor::meta(DType::F32, &shape));
                         }
                         pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
+                        // q and k keep the file's rotary pair order (no reordered copy).
+                        dense.stored_rope_rows = true;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
-                        target.finish_ggml(ggml, archive, |model: &mut Llama<$device, Ggml>| &mut model.lm_head)?
+                        let options = ImportOptions::default().with_stored_rope_rows();
+                        target.finish_ggml(ggml, archive, &options, |model: &mut Llama<$device, Ggml>| {
+                            &mut model.lm_head
+                        })?
                     }
                     "qwen2" | "qwen3" => {
                         let mut dense =
                             Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
                         pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
-                        target.finish_ggml(ggml, archive, |model: &mut Qwen<$device, Ggml>| &mut model.lm_head)?
+                        target.finish_ggml(
+                            ggml,
+                            archive,
+                            &ImportOptions::default(),
+                            |model: &mut Qwen<$device, Ggml>| &mut model.lm_head,
+                        )?
                     }
                     "gemma3" => {
                         let mut dense =
                             Gemma3::new(&Gemma3Config::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
                         pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
-                        target.finish_ggml(ggml, archive, |model: &mut Gemma3<$device, Ggml>| &mut model.lm_head)?
+                        target.finish_ggml(
+                            ggml,
+                            archive,
+                            &ImportOptions::default(),
+                            |model: &mut Gemma3<$device, Ggml>| &mut model.lm_head,
+                        )?
                     }
                     other => return Err(unknown_architecture(&self.path, "`general.architecture`", other)),
                 };

@@ -316,3 +316,26 @@ fn seed_folders_load_as_seed_layers() {
     println!("seed folder vs its decoded weights: max abs difference {diff:e}");
     assert!(diff <= 1e-3, "the SEED folder's logits differ by {diff}");
 }
+
+#[test]
+fn stored_rope_rows_keep_the_files_order_and_give_the_same_logits() {
+    use nnx::models::llama::{Llama, LlamaConfig};
+    // Mistral's GGUF file stores q and k in llama.cpp's rotary pair order.
+    let archive = nnx::Archive::open(case("mistral").join("model-f32.gguf")).unwrap();
+    let config = LlamaConfig::from_gguf(archive.gguf_metadata().unwrap(), !archive.contains("output.weight")).unwrap();
+    let mut reordered = Llama::new(&config, nnx::DType::F32, nnx::nn::Init::Meta);
+    archive.import_into(&mut reordered, "").unwrap();
+    let mut stored = Llama::new(&config, nnx::DType::F32, nnx::nn::Init::Meta);
+    stored.stored_rope_rows = true;
+    let options = nnx::ImportOptions::default().with_stored_rope_rows();
+    archive.import_into_with(&mut stored, "", &options).unwrap();
+
+    let file_q = archive.ggml("blk.0.attn_q.weight").unwrap().dequantize().unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(stored.layers[0].attn.q.weight.to_vec::<f32>().unwrap(), file_q, "the file's rows as they are");
+    assert_ne!(reordered.layers[0].attn.q.weight.to_vec::<f32>().unwrap(), file_q, "transformers' row order");
+    let reference = json(case("mistral").join("reference.json"));
+    let ids = ids(&reference["ids"]);
+    let (a, b) = (reordered.forward(&ids).unwrap(), stored.forward(&ids).unwrap());
+    let diff = max_abs_diff(&a.to_vec::<f32>().unwrap(), &b.to_vec::<f32>().unwrap(), "logits");
+    assert!(diff < 1e-5, "stored order vs reordered rows: {diff}");
+}

@@ -186,7 +186,7 @@ impl Archive {
                         let (tensor, swapped) = read.next().expect("one read per reading row");
                         if swapped { swap_last_two(tensor) } else { tensor }
                     };
-                    if let Some(heads) = row.heads {
+                    if let Some(heads) = row.heads.filter(|_| !options.stored_rope_rows) {
                         tensor = unpermute_rope_rows(&tensor, heads)?;
                     }
                     if let Some(dtype) = cast {

@@ -108,6 +108,10 @@ pub struct ImportOptions {
     /// Which of the recorded source names to follow; `None` picks GGUF names for GGUF files
     /// and transformers names for everything else.
     pub naming: Option<Naming>,
+    /// Rows that `rope_permute` would reorder keep the file's order (llama.cpp's rotary pairs
+    /// side by side), for a model that rotates its outputs in that order: the import then
+    /// reads the entries as they are, with no reordered copy. The head count is still checked.
+    pub stored_rope_rows: bool,
     hooks: Vec<Hook>,
 }
 
@@ -118,6 +122,7 @@ impl fmt::Debug for ImportOptions {
             .field("strict_coverage", &self.strict_coverage)
             .field("placement", &self.placement)
             .field("naming", &self.naming)
+            .field("stored_rope_rows", &self.stored_rope_rows)
             .field("hooks", &hooks)
             .finish()
     }
@@ -134,6 +139,13 @@ impl ImportOptions {
     /// file converted from GGUF with its names kept.
     pub fn with_naming(mut self, naming: Naming) -> ImportOptions {
         self.naming = Some(naming);
+        self
+    }
+
+    /// Keeps the rows of `rope_permute` entries in the file's order (see
+    /// [`ImportOptions::stored_rope_rows`]).
+    pub fn with_stored_rope_rows(mut self) -> ImportOptions {
+        self.stored_rope_rows = true;
         self
     }
 

@@ -109,7 +109,7 @@ const GEMM_ROWS: usize = 16;
 
 /// The most weight rows one task decodes and multiplies for [`GEMM_ROWS`] and more activation
 /// rows: small enough to stay in cache beside the activations.
-const PANEL_ROWS: usize = 256;
+const PANEL_ROWS: usize = 128;
 
 /// The fewest: below this the matrix kernels' register tiles go partly unused.
 const MIN_PANEL_ROWS: usize = 32;
