@@ -422,6 +422,14 @@ impl Operands<'_> {
         } else {
             let task = |(index, out): (usize, &mut [f32])| -> Result<()> {
                 let first = index * per_task;
+                #[cfg(target_arch = "x86_64")]
+                if let (Isa::Avx2(avx2), 1) = (isa, m)
+                    && matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+                {
+                    let rows = &weight[first * row_bytes..(first + out.len()) * row_bytes];
+                    avx2.float_rows(ty, rows, x, out);
+                    return Ok(());
+                }
                 let mut decoded = vec![0f32; cols];
                 for (j, out) in out.chunks_exact_mut(m).enumerate() {
                     super::dequantize_row(
@@ -831,7 +839,8 @@ mod tests {
     #[test]
     fn other_types_decode_each_row() {
         let mut rng = Rng(0x0123_4567_89ab_cdef);
-        let (rows, cols) = (9, 96);
+        // 100 values: three steps of the vector kernels' 32 and a tail of 4.
+        let (rows, cols) = (9, 100);
         let values: Vec<f32> = (0..rows * cols).map(|_| rng.unit()).collect();
         let x = activations(2 * cols, &mut rng);
         let encodings: [(GgmlType, Vec<u8>); 3] = [
@@ -859,10 +868,14 @@ mod tests {
             result.unwrap();
             let exact: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
             for i in 0..2 {
+                // One activation row alone takes the row kernels.
+                let mut alone = vec![0.0; rows];
+                matvec(ty, &weight, rows, cols, &x[i * cols..(i + 1) * cols], &mut alone).unwrap();
                 for r in 0..rows {
                     let (expected, size) =
                         reference(&decoded[r * cols..(r + 1) * cols], &exact[i * cols..(i + 1) * cols]);
                     assert!((f64::from(y[i * rows + r]) - expected).abs() <= ROUNDING * size, "{ty} {i}, {r}");
+                    assert!((f64::from(alone[r]) - expected).abs() <= ROUNDING * size, "{ty} {i}, {r} alone");
                 }
             }
         }

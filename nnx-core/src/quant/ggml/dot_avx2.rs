@@ -54,6 +54,21 @@ impl Avx2 {
         unsafe { if self.vnni { rows::<true>(ty, weight, act, out) } else { rows::<false>(ty, weight, act, out) } }
     }
 
+    /// The outputs of the F32, F16 or BF16 rows in `weight` (`out.len()` of them) for the
+    /// activation row `x`, each value widened in a register and multiplied there (no decoded
+    /// copy of the row), with the bytes ahead asked for as in [`rows`].
+    pub(super) fn float_rows(self, ty: GgmlType, weight: &[u8], x: &[f32], out: &mut [f32]) {
+        // SAFETY: `self` exists, so `detect` found AVX2, FMA and F16C.
+        unsafe {
+            match ty {
+                GgmlType::F32 => float_rows::<4>(weight, x, out),
+                GgmlType::F16 => float_rows::<2>(weight, x, out),
+                GgmlType::BF16 => float_rows::<{ BF16 }>(weight, x, out),
+                _ => unreachable!("{ty} is not a float type"),
+            }
+        }
+    }
+
     /// [`Avx2::tile`] with `vpdpbusd` where `VNNI`.
     fn kernel<const N: usize, const VNNI: bool>(self, ty: GgmlType, weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
         // SAFETY: `self` exists, so `detect` found AVX2, FMA and F16C, all the kernels enable,
@@ -103,6 +118,51 @@ fn rows<const VNNI: bool>(ty: GgmlType, weight: &[u8], act: Act<'_>, out: &mut [
         GgmlType::Q5_K => rows.for_each(|(row, out)| *out = k_quant::<1, 176, true, VNNI>(row, &acts)[0]),
         GgmlType::Q6_K => rows.for_each(|(row, out)| *out = q6_k(row, &acts)[0]),
         _ => unreachable!("{ty} has no integer kernel"),
+    }
+}
+
+/// [`float_rows`]'s width parameter for BF16 (2 bytes like F16, widened differently).
+const BF16: usize = 3;
+
+/// 8 values of a float row at value `at`: F32 (`W` 4), F16 (`W` 2) or BF16 (`W` [`BF16`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn widen8<const W: usize>(row: &[u8], at: usize) -> __m256 {
+    match W {
+        4 => _mm256_castsi256_ps(load256(&row[4 * at..])),
+        2 => _mm256_cvtph_ps(load128(&row[2 * at..])),
+        _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(load128(&row[2 * at..])))),
+    }
+}
+
+/// [`Avx2::float_rows`]: 32 values a step in four sums, a tail of fewer than 32 one at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn float_rows<const W: usize>(weight: &[u8], x: &[f32], out: &mut [f32]) {
+    let row_bytes = (weight.len() / out.len().max(1)).max(1);
+    let width = x.len();
+    let whole = width / 32 * 32;
+    for (i, (row, out)) in weight.chunks_exact(row_bytes).zip(out).enumerate() {
+        let ahead = weight.get(i * row_bytes + PREFETCH_AHEAD..).unwrap_or_default();
+        for line in ahead[..row_bytes.min(ahead.len())].chunks(64) {
+            _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
+        }
+        let mut sums = [_mm256_setzero_ps(); 4];
+        for at in (0..whole).step_by(32) {
+            for (k, sum) in sums.iter_mut().enumerate() {
+                let xs = load_scales(&x[at + 8 * k..]);
+                *sum = _mm256_fmadd_ps(widen8::<W>(row, at + 8 * k), xs, *sum);
+            }
+        }
+        let mut total = hsum(_mm256_add_ps(_mm256_add_ps(sums[0], sums[1]), _mm256_add_ps(sums[2], sums[3])));
+        for at in whole..width {
+            let value = match W {
+                4 => f32::from_le_bytes([row[4 * at], row[4 * at + 1], row[4 * at + 2], row[4 * at + 3]]),
+                2 => half(row, 2 * at),
+                _ => f32::from_bits(u32::from(u16::from_le_bytes([row[2 * at], row[2 * at + 1]])) << 16),
+            };
+            total += value * x[at];
+        }
+        *out = total;
     }
 }
 
