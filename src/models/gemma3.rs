@@ -561,14 +561,16 @@ where
             let attn = &layer.attn;
             let rotary = if config.is_sliding(index) { &local } else { &global };
             let x = layer.attn_norm.forward(&h)?;
-            let q = pass.heads(&attn.q.project(&x)?, heads, head_dim, Some(&attn.q_norm), Some(rotary))?;
+            let [q, k, v] = super::project_all([&attn.q, &attn.k, &attn.v], &x)?;
+            let q = pass.heads(&q, heads, head_dim, Some(&attn.q_norm), Some(rotary))?;
             let q = if query_scale == 1.0 { q } else { q.scale(query_scale)? };
-            let k = pass.heads(&attn.k.project(&x)?, kv_heads, head_dim, Some(&attn.k_norm), Some(rotary))?;
-            let v = pass.heads(&attn.v.project(&x)?, kv_heads, head_dim, None, None)?;
+            let k = pass.heads(&k, kv_heads, head_dim, Some(&attn.k_norm), Some(rotary))?;
+            let v = pass.heads(&v, kv_heads, head_dim, None, None)?;
             let context = pass.attend(index, &q, k, v, config.window(index))?;
             h = h.add(&layer.post_attn_norm.forward(&attn.o.project(&context)?)?)?;
             let x = layer.mlp_norm.forward(&h)?;
-            let gated = layer.mlp.gate.project(&x)?.gelu_tanh()?.mul(&layer.mlp.up.project(&x)?)?;
+            let [gate, up] = super::project_all([&layer.mlp.gate, &layer.mlp.up], &x)?;
+            let gated = gate.gelu_tanh()?.mul(&up)?;
             h = h.add(&layer.post_mlp_norm.forward(&layer.mlp.down.project(&gated)?)?)?;
         }
         let x = self.norm.forward(&pass.finish(h)?)?;

@@ -468,15 +468,17 @@ where
         for (index, layer) in self.layers.iter().enumerate() {
             let attn = &layer.attn;
             let x = layer.attn_norm.forward(&h)?;
-            let q = self.halves_order(attn.q.project(&x)?, heads, head_dim)?;
+            let [q, k, v] = super::project_all([&attn.q, &attn.k, &attn.v], &x)?;
+            let q = self.halves_order(q, heads, head_dim)?;
             let q = pass.heads(&q, heads, head_dim, None, Some(&rotary))?;
-            let k = self.halves_order(attn.k.project(&x)?, kv_heads, head_dim)?;
+            let k = self.halves_order(k, kv_heads, head_dim)?;
             let k = pass.heads(&k, kv_heads, head_dim, None, Some(&rotary))?;
-            let v = pass.heads(&attn.v.project(&x)?, kv_heads, head_dim, None, None)?;
+            let v = pass.heads(&v, kv_heads, head_dim, None, None)?;
             let context = pass.attend(index, &q, k, v, None)?;
             h = h.add(&attn.o.project(&context)?)?;
             let x = layer.mlp_norm.forward(&h)?;
-            let gated = layer.mlp.gate.project(&x)?.silu()?.mul(&layer.mlp.up.project(&x)?)?;
+            let [gate, up] = super::project_all([&layer.mlp.gate, &layer.mlp.up], &x)?;
+            let gated = gate.silu()?.mul(&up)?;
             h = h.add(&layer.mlp.down.project(&gated)?)?;
         }
         let x = self.norm.forward(&pass.finish(h)?)?;

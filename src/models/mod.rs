@@ -35,6 +35,19 @@ pub trait Project<D: Device> {
     /// # Errors
     /// The layer's own `forward` errors (a width that does not match, a meta weight).
     fn project(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>>;
+
+    /// [`Project::project`] of each of `layers` on the same `x` (a layer's q, k and v, or the
+    /// gate and up projections); a kind of layer that can run them together overrides it
+    /// (ggml layers decoding a token share one parallel pass).
+    ///
+    /// # Errors
+    /// As [`Project::project`].
+    fn project_many(layers: &[&Self], x: &Tensor<D>) -> crate::Result<Vec<Tensor<D>>>
+    where
+        Self: Sized,
+    {
+        layers.iter().map(|layer| layer.project(x)).collect()
+    }
 }
 
 impl<D: Device> Project<D> for Linear<D>
@@ -55,6 +68,10 @@ impl Project<Host> for QuantizedLinear {
 impl Project<Host> for GgmlLinear {
     fn project(&self, x: &Tensor) -> crate::Result<Tensor> {
         self.forward(x)
+    }
+
+    fn project_many(layers: &[&Self], x: &Tensor) -> crate::Result<Vec<Tensor>> {
+        GgmlLinear::forward_many(layers, x)
     }
 }
 
@@ -173,6 +190,15 @@ where
             None => Compute::linear(x, &self.weight, None),
         }
     }
+}
+
+/// The outputs of `N` layers on one input, through [`Project::project_many`].
+pub(crate) fn project_all<D: Device, L: Project<D>, const N: usize>(
+    layers: [&L; N],
+    x: &Tensor<D>,
+) -> crate::Result<[Tensor<D>; N]> {
+    let outputs = L::project_many(&layers, x)?;
+    Ok(outputs.try_into().unwrap_or_else(|_| unreachable!("one output per layer")))
 }
 
 /// How a model stores its projection weights: the second type parameter of [`llama::Llama`].

@@ -82,6 +82,68 @@ pub fn matvec(ty: GgmlType, weight: &[u8], rows: usize, cols: usize, x: &[f32], 
     Operands { ty, weight, rows, cols, x, m: 1 }.run("matvec", Isa::best(), y)
 }
 
+/// [`matvec`] of several weights with one input (a layer's q, k and v projections): `x` is
+/// rounded once, and the rows of all the weights are shared out in one parallel pass, so that
+/// the threads meet once rather than once per weight. `weights` holds each weight's type,
+/// blocks and row count, and `ys` its output; every output equals [`matvec`]'s bit for bit.
+///
+/// # Errors
+/// As [`matvec`], for the first weight whose operands do not fit.
+///
+/// # Examples
+/// ```
+/// use nnx_core::quant::ggml::{GgmlType, matvec_many};
+///
+/// // A Q8_0 row of 32 values with scale 0.5 (f16 0x3800) and the integers 1, then one of 2.
+/// let row = |q: u8| [0x3800u16.to_le_bytes().to_vec(), vec![q; 32]].concat();
+/// let (a, b) = (row(1), row(2));
+/// let (mut ya, mut yb) = ([0.0], [0.0]);
+/// let weights = [(GgmlType::Q8_0, &a[..], 1), (GgmlType::Q8_0, &b[..], 1)];
+/// matvec_many(&weights, 32, &[1.0; 32], &mut [&mut ya[..], &mut yb[..]])?;
+/// assert_eq!((ya, yb), ([16.0], [32.0]));
+/// # Ok::<(), nnx_core::Error>(())
+/// ```
+pub fn matvec_many(weights: &[(GgmlType, &[u8], usize)], cols: usize, x: &[f32], ys: &mut [&mut [f32]]) -> Result<()> {
+    if weights.len() != ys.len() {
+        return Err(Error::LengthMismatch {
+            op: "matvec_many",
+            what: "outputs",
+            expected: weights.len(),
+            found: ys.len(),
+            shape: vec![weights.len()],
+        });
+    }
+    let mut row_bytes = Vec::with_capacity(weights.len());
+    for (&(ty, weight, rows), y) in weights.iter().zip(ys.iter()) {
+        row_bytes.push(Operands { ty, weight, rows, cols, x, m: 1 }.check("matvec_many", y.len())?);
+    }
+    let values: usize = weights.iter().map(|&(_, _, rows)| rows * cols).sum();
+    if cols == 0 || !weights.iter().all(|&(ty, ..)| has_kernel(ty)) || values < SERIAL_VALUES {
+        for (&(ty, weight, rows), y) in weights.iter().zip(ys.iter_mut()) {
+            matvec(ty, weight, rows, cols, x, y)?;
+        }
+        return Ok(());
+    }
+    let isa = Isa::best();
+    let acts = Activations::quantize(x, 1, cols);
+    let act = acts.row(0);
+    let total: usize = weights.iter().map(|&(_, _, rows)| rows).sum();
+    let per_task = (total / (rayon::current_num_threads() * 8)).clamp(1, MAX_ROWS_PER_TASK);
+    // Each task: a weight, its first row, and the outputs of its rows.
+    let mut tasks = Vec::with_capacity(total / per_task + weights.len());
+    for (index, y) in ys.iter_mut().enumerate() {
+        for (chunk, out) in y.chunks_mut(per_task).enumerate() {
+            tasks.push((index, chunk * per_task, out));
+        }
+    }
+    tasks.into_par_iter().for_each(|(index, first, out)| {
+        let (ty, weight, _) = weights[index];
+        let bytes = row_bytes[index];
+        rows_into(isa, ty, &weight[first * bytes..(first + out.len()) * bytes], act, out);
+    });
+    Ok(())
+}
+
 /// `y = x Wᵀ` for `m` activation rows (a prompt's tokens): `x` is `m x cols` and `y`
 /// `m x rows`, both row-major, and `weight` as for [`matvec`].
 ///
@@ -774,6 +836,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn products_sharing_an_input_are_each_matvec_bit_for_bit() {
+        let mut rng = Rng(0x0f0f_1234_5678_9abc);
+        let cols = 512;
+        // Enough rows in all to run in parallel, of three types, one of them without kernels.
+        let shapes = [(GgmlType::Q8_0, 150), (GgmlType::Q4_K, 37), (GgmlType::Q5_0, 64)];
+        let weights: Vec<Vec<u8>> = shapes.iter().map(|&(ty, rows)| weight(ty, rows, cols, &mut rng)).collect();
+        let x = activations(cols, &mut rng);
+        let mut ys: Vec<Vec<f32>> = shapes.iter().map(|&(_, rows)| vec![0.0; rows]).collect();
+        let operands: Vec<(GgmlType, &[u8], usize)> =
+            shapes.iter().zip(&weights).map(|(&(ty, rows), weight)| (ty, weight.as_slice(), rows)).collect();
+        let mut outputs: Vec<&mut [f32]> = ys.iter_mut().map(Vec::as_mut_slice).collect();
+        matvec_many(&operands, cols, &x, &mut outputs).unwrap();
+        for (&(ty, weight, rows), y) in operands.iter().zip(&ys) {
+            let mut alone = vec![0.0; rows];
+            matvec(ty, weight, rows, cols, &x, &mut alone).unwrap();
+            assert_eq!(y, &alone, "{ty}");
+        }
+        // A type without kernels among them: each runs alone, with the same results.
+        let f16: Vec<u8> = (0..8 * cols).flat_map(|i| f16::from_f32((i % 7) as f32 / 7.0).to_le_bytes()).collect();
+        let mut mixed = [vec![0.0; 150], vec![0.0; 8]];
+        let [first, second] = &mut mixed;
+        matvec_many(&[operands[0], (GgmlType::F16, &f16, 8)], cols, &x, &mut [first, second]).unwrap();
+        assert_eq!(mixed[0], ys[0]);
+        // An output of the wrong length is named, and so is a missing one.
+        let mut short = vec![0.0; 149];
+        let error = matvec_many(&operands[..1], cols, &x, &mut [&mut short[..]]).unwrap_err();
+        assert!(matches!(error, Error::LengthMismatch { what: "output values", expected: 150, found: 149, .. }));
+        let error = matvec_many(&operands, cols, &x, &mut []).unwrap_err();
+        assert!(matches!(error, Error::LengthMismatch { what: "outputs", expected: 3, found: 0, .. }));
     }
 
     #[test]

@@ -137,6 +137,33 @@ impl GgmlLinear {
         output(x, y, self.bias.as_ref(), n)
     }
 
+    /// [`GgmlLinear::forward`] of several layers on one input (a layer's q, k and v): for one
+    /// row of input (decoding a token) the row is rounded once and all the layers' rows share
+    /// one parallel pass (see [`matvec_many`](super::matvec_many)); otherwise each layer runs
+    /// alone. The outputs equal each layer's `forward`.
+    ///
+    /// # Errors
+    /// As [`GgmlLinear::forward`], for the first layer that fails.
+    pub fn forward_many(layers: &[&GgmlLinear], x: &Tensor) -> Result<Vec<Tensor>> {
+        let Some(first) = layers.first() else { return Ok(Vec::new()) };
+        let k = first.in_features;
+        let one_row = x.shape().last() == Some(&k) && x.shape().iter().product::<usize>() == k;
+        if !one_row || layers.iter().any(|layer| layer.in_features != k || layer.weight.is_meta()) {
+            return layers.iter().map(|layer| layer.forward(x)).collect();
+        }
+        let (values, _) = input("GgmlLinear::forward_many", x, k, &[first.out_features(), k])?;
+        let weights: Vec<Tensor> = layers.iter().map(|layer| layer.weight.contiguous()).collect();
+        let mut products = Vec::with_capacity(layers.len());
+        for (layer, weight) in layers.iter().zip(&weights) {
+            let bytes = weight.as_slice::<u8>()?.ok_or(Error::Meta { op: "GgmlLinear::forward_many" })?;
+            products.push((layer.ty, bytes, layer.out_features()));
+        }
+        let mut ys: Vec<Vec<f32>> = layers.iter().map(|layer| vec![0f32; layer.out_features()]).collect();
+        let mut outputs: Vec<&mut [f32]> = ys.iter_mut().map(Vec::as_mut_slice).collect();
+        super::matvec_many(&products, k, &values, &mut outputs)?;
+        layers.iter().zip(ys).map(|(layer, y)| output(x, y, layer.bias.as_ref(), layer.out_features())).collect()
+    }
+
     /// This layer on the device `to`, its blocks as they are.
     ///
     /// # Errors

@@ -15,7 +15,7 @@ mod quantize;
 
 pub use dequant::dequantize_row;
 #[cfg(feature = "kernels")]
-pub use dot::{matmul, matvec};
+pub use dot::{matmul, matvec, matvec_many};
 #[cfg(feature = "kernels")]
 pub use linear::GgmlLinear;
 pub use quantize::{can_quantize, quantize_row};
