@@ -22,7 +22,9 @@
 //! `NNX_BENCH_RUN_TEST=tg64` (or `pp128`): it measures that alone and prints its JSON.
 //! llama-bench is `NNX_LLAMA_BENCH`, else `$NNX_CACHE/llama.cpp/bin/llama-bench`
 //! (`scripts/llamacpp/build.sh` builds it), run as `llama-bench -m FILE -p 128 -n 64 -t 2 -r 3
-//! -o json`; without it, or with `-- --no-peers`, the table has nnx alone.
+//! -o json`; without it, or with `-- --no-peers`, the table has nnx alone. Both sides run in turn
+//! for `--rounds N` rounds (default 3), their runs pooled, so that a machine whose speed drifts
+//! weighs on both alike.
 
 #[allow(dead_code)]
 mod common;
@@ -49,6 +51,8 @@ const BUDGET_SECONDS: f64 = 20.0;
 const WARM_UP_STEPS: usize = 4;
 /// Timed runs of each test on the llama.cpp side (`-r`), after its own warm-up run.
 const PEER_REPETITIONS: usize = 3;
+/// Rounds of both sides in turn, each round every file once on each side.
+const ROUNDS: usize = 3;
 /// The environment variable that makes this bench the child measuring one file.
 const CHILD: &str = "NNX_BENCH_RUN_FILE";
 /// With [`CHILD`]: run only this test (`pp128` or `tg64`), for profiling one of them.
@@ -83,6 +87,16 @@ struct Measured {
     prompt: Rates,
     generation: Rates,
     peak_rss_kib: u64,
+}
+
+impl Measured {
+    /// The runs of `self` and `next` together, and the higher peak.
+    fn pool(mut self, next: Measured) -> Measured {
+        self.prompt.0.extend(next.prompt.0);
+        self.generation.0.extend(next.generation.0);
+        self.peak_rss_kib = self.peak_rss_kib.max(next.peak_rss_kib);
+        self
+    }
 }
 
 /// Pseudo-random token ids below `vocab`, past the first few (special) ones.
@@ -282,6 +296,18 @@ fn files(folder: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// Rounds of both sides in turn (`--rounds N`, default [`ROUNDS`]): a machine whose speed
+/// drifts (other work, turbo, a shared host) then weighs on both sides alike.
+fn rounds() -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|arg| arg == "--rounds")
+        .and_then(|at| args.get(at + 1))
+        .and_then(|value| value.parse().ok())
+        .filter(|&rounds: &usize| rounds > 0)
+        .unwrap_or(ROUNDS)
+}
+
 fn mib(kib: u64) -> String {
     if kib == 0 { "-".to_string() } else { format!("{:.0}", kib as f64 / 1024.0) }
 }
@@ -303,21 +329,42 @@ fn main() -> nnx::Result<()> {
     }
     let peers = !std::env::args().any(|arg| arg == "--no-peers");
     let bench = if peers { llama_bench() } else { None };
+    let rounds = rounds();
+    // Per file: nnx's runs with its weights, and llama-bench's, pooled over the rounds; a side
+    // that fails keeps its first failure.
+    type Ours = Option<Result<(Measured, String), String>>;
+    type Theirs = Option<Result<Measured, String>>;
+    let mut measured: Vec<(Ours, Theirs)> = files.iter().map(|_| (None, None)).collect();
+    for round in 0..rounds {
+        for (file, (ours, theirs)) in files.iter().zip(&mut measured) {
+            eprintln!("{} (round {} of {rounds})", file.display(), round + 1);
+            if !matches!(ours, Some(Err(_))) {
+                *ours = Some(match (ours.take(), nnx_side(file)) {
+                    (Some(Ok((pooled, weights))), Ok((next, _))) => Ok((pooled.pool(next), weights)),
+                    (_, next) => next,
+                });
+            }
+            if let Some(bench) = &bench
+                && !matches!(theirs, Some(Err(_)))
+            {
+                eprintln!("  llama-bench");
+                *theirs = Some(match (theirs.take(), llama_side(bench, file)) {
+                    (Some(Ok(pooled)), Ok(next)) => Ok(pooled.pool(next)),
+                    (_, next) => next,
+                });
+            }
+        }
+    }
     let mut rows = Vec::new();
-    for file in &files {
+    for (file, (ours, theirs)) in files.iter().zip(measured) {
         let name = file.file_name().map_or_else(|| file.display().to_string(), |name| name.to_string_lossy().into());
-        eprintln!("{name}");
-        let (ours, weights) = match nnx_side(file) {
+        let (ours, weights) = match ours.unwrap_or_else(|| Err("not run".to_string())) {
             Ok(measured) => measured,
             Err(reason) => {
                 rows.push(format!("| {name} | - | - | nnx {reason} | - | - | - |"));
                 continue;
             }
         };
-        let theirs = bench.as_deref().map(|bench| {
-            eprintln!("  llama-bench");
-            llama_side(bench, file)
-        });
         for (test, ours_rates, pick) in [
             (format!("pp{PROMPT}"), &ours.prompt, (|m: &Measured| m.prompt.clone()) as fn(&Measured) -> Rates),
             (format!("tg{GENERATED}"), &ours.generation, |m: &Measured| m.generation.clone()),
@@ -339,8 +386,9 @@ fn main() -> nnx::Result<()> {
         }
     }
     println!(
-        "\n{THREADS} threads; nnx: mean ± std of {REPETITIONS} runs (2 for a test slower than {BUDGET_SECONDS} s), \
-         llama.cpp (llama-bench): of {PEER_REPETITIONS} runs{}\n",
+        "\n{THREADS} threads, {rounds} round(s) of both sides in turn; nnx: mean ± std of {REPETITIONS} runs a \
+         round (2 for a test slower than {BUDGET_SECONDS} s), llama.cpp (llama-bench): of {PEER_REPETITIONS} runs a \
+         round; peak RSS: the highest of the rounds{}\n",
         if bench.is_none() { " (not run: no llama-bench, or `--no-peers`)" } else { "" }
     );
     println!(
