@@ -587,16 +587,12 @@ mod tests {
         }
     }
 
-    /// The portable kernels, then the vector ones where the processor has them (AVX2 alone
-    /// too where it also has AVX-VNNI).
+    /// The portable kernels, then the vector ones where the processor has them, at every
+    /// level it has (AVX2 alone, with AVX-VNNI, with AVX-512 masks).
     fn isas() -> Vec<Isa> {
         #[cfg(target_arch = "x86_64")]
         if let Some(avx2) = avx2::Avx2::detect() {
-            let mut isas = vec![Isa::Scalar, Isa::Avx2(avx2.without_vnni())];
-            if avx2.has_vnni() {
-                isas.push(Isa::Avx2(avx2));
-            }
-            return isas;
+            return std::iter::once(Isa::Scalar).chain(avx2.levels().into_iter().map(Isa::Avx2)).collect();
         }
         vec![Isa::Scalar]
     }

@@ -14,12 +14,21 @@ use std::arch::x86_64::*;
 use super::{Act, scales_mins};
 use crate::quant::ggml::GgmlType;
 
+/// The kernels' instruction levels above AVX2, FMA and F16C, each including the one below.
+/// [`VNNI`]: AVX-VNNI, whose `vpdpbusd` does `maddubs` and `madd` in one instruction (and
+/// without their 16-bit intermediate).
+const PLAIN: u8 = 0;
+/// See [`PLAIN`].
+const VNNI: u8 = 1;
+/// [`VNNI`] and AVX-512 BW and VL: the fifth bits of Q5_0 and Q5_1 go from a mask register
+/// straight into a masked byte addition (2 instructions instead of 6).
+const MASKS: u8 = 2;
+
 /// Proof that the processor has AVX2, FMA and F16C: only [`Avx2::detect`] makes one. It also
-/// says whether the processor has AVX-VNNI, whose `vpdpbusd` does `maddubs` and `madd` in one
-/// instruction (and without their 16-bit intermediate).
+/// holds the highest level ([`PLAIN`], [`VNNI`], [`MASKS`]) the processor has.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Avx2 {
-    vnni: bool,
+    level: u8,
 }
 
 impl Avx2 {
@@ -27,31 +36,41 @@ impl Avx2 {
     pub(super) fn detect() -> Option<Avx2> {
         let found =
             is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-        found.then(|| Avx2 { vnni: is_x86_feature_detected!("avxvnni") })
+        let masks = is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl");
+        let level = match (is_x86_feature_detected!("avxvnni"), masks) {
+            (true, true) => MASKS,
+            (true, false) => VNNI,
+            (false, _) => PLAIN,
+        };
+        found.then_some(Avx2 { level })
     }
 
-    /// The same kernels without AVX-VNNI, for comparing the two.
+    /// The kernels of every level up to this one, for comparing them.
     #[cfg(test)]
-    pub(super) fn without_vnni(self) -> Avx2 {
-        Avx2 { vnni: false }
-    }
-
-    /// Whether the kernels use AVX-VNNI.
-    #[cfg(test)]
-    pub(super) fn has_vnni(self) -> bool {
-        self.vnni
+    pub(super) fn levels(self) -> Vec<Avx2> {
+        (PLAIN..=self.level).map(|level| Avx2 { level }).collect()
     }
 
     /// The outputs of one weight row of `ty` for `N` activation rows.
     pub(super) fn tile<const N: usize>(self, ty: GgmlType, weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
-        if self.vnni { self.kernel::<N, true>(ty, weight, acts) } else { self.kernel::<N, false>(ty, weight, acts) }
+        match self.level {
+            PLAIN => self.kernel::<N, PLAIN>(ty, weight, acts),
+            VNNI => self.kernel::<N, VNNI>(ty, weight, acts),
+            _ => self.kernel::<N, MASKS>(ty, weight, acts),
+        }
     }
 
     /// The outputs of the weight rows of `ty` in `weight` (`out.len()` of them) for one
     /// activation row.
     pub(super) fn rows(self, ty: GgmlType, weight: &[u8], act: Act<'_>, out: &mut [f32]) {
         // SAFETY: as in `kernel`.
-        unsafe { if self.vnni { rows::<true>(ty, weight, act, out) } else { rows::<false>(ty, weight, act, out) } }
+        unsafe {
+            match self.level {
+                PLAIN => rows::<PLAIN>(ty, weight, act, out),
+                VNNI => rows::<VNNI>(ty, weight, act, out),
+                _ => rows::<MASKS>(ty, weight, act, out),
+            }
+        }
     }
 
     /// The outputs of the F32, F16 or BF16 rows in `weight` (`out.len()` of them) for the
@@ -69,19 +88,19 @@ impl Avx2 {
         }
     }
 
-    /// [`Avx2::tile`] with `vpdpbusd` where `VNNI`.
-    fn kernel<const N: usize, const VNNI: bool>(self, ty: GgmlType, weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
+    /// [`Avx2::tile`] on the instructions of `LEVEL`.
+    fn kernel<const N: usize, const LEVEL: u8>(self, ty: GgmlType, weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
         // SAFETY: `self` exists, so `detect` found AVX2, FMA and F16C, all the kernels enable,
-        // and AVX-VNNI where `VNNI` is asked for.
+        // and those of `LEVEL` where it is above `PLAIN`.
         unsafe {
             match ty {
-                GgmlType::Q4_0 => small::<Q4_0, 18, N, VNNI>(weight, acts),
-                GgmlType::Q4_1 => small::<Q4_1, 20, N, VNNI>(weight, acts),
-                GgmlType::Q5_0 => small::<Q5_0, 22, N, VNNI>(weight, acts),
-                GgmlType::Q5_1 => small::<Q5_1, 24, N, VNNI>(weight, acts),
-                GgmlType::Q8_0 => small::<Q8_0, 34, N, VNNI>(weight, acts),
-                GgmlType::Q4_K => k_quant::<N, 144, false, VNNI>(weight, acts),
-                GgmlType::Q5_K => k_quant::<N, 176, true, VNNI>(weight, acts),
+                GgmlType::Q4_0 => small::<Q4_0, 18, N, LEVEL>(weight, acts),
+                GgmlType::Q4_1 => small::<Q4_1, 20, N, LEVEL>(weight, acts),
+                GgmlType::Q5_0 => small::<Q5_0, 22, N, LEVEL>(weight, acts),
+                GgmlType::Q5_1 => small::<Q5_1, 24, N, LEVEL>(weight, acts),
+                GgmlType::Q8_0 => small::<Q8_0, 34, N, LEVEL>(weight, acts),
+                GgmlType::Q4_K => k_quant::<N, 144, false, LEVEL>(weight, acts),
+                GgmlType::Q5_K => k_quant::<N, 176, true, LEVEL>(weight, acts),
                 GgmlType::Q6_K => q6_k(weight, acts),
                 _ => unreachable!("{ty} has no integer kernel"),
             }
@@ -98,7 +117,7 @@ const PREFETCH_AHEAD: usize = 2048;
 /// [`Avx2::rows`], each type's row kernel inlined into its loop over the rows, with the bytes
 /// [`PREFETCH_AHEAD`] of each row asked for before it is multiplied.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn rows<const VNNI: bool>(ty: GgmlType, weight: &[u8], act: Act<'_>, out: &mut [f32]) {
+fn rows<const LEVEL: u8>(ty: GgmlType, weight: &[u8], act: Act<'_>, out: &mut [f32]) {
     let row_bytes = (weight.len() / out.len().max(1)).max(1);
     let acts = [act];
     let rows = weight.chunks_exact(row_bytes).zip(out).enumerate().map(|(i, pair)| {
@@ -109,13 +128,13 @@ fn rows<const VNNI: bool>(ty: GgmlType, weight: &[u8], act: Act<'_>, out: &mut [
         pair
     });
     match ty {
-        GgmlType::Q4_0 => rows.for_each(|(row, out)| *out = small::<Q4_0, 18, 1, VNNI>(row, &acts)[0]),
-        GgmlType::Q4_1 => rows.for_each(|(row, out)| *out = small::<Q4_1, 20, 1, VNNI>(row, &acts)[0]),
-        GgmlType::Q5_0 => rows.for_each(|(row, out)| *out = small::<Q5_0, 22, 1, VNNI>(row, &acts)[0]),
-        GgmlType::Q5_1 => rows.for_each(|(row, out)| *out = small::<Q5_1, 24, 1, VNNI>(row, &acts)[0]),
-        GgmlType::Q8_0 => rows.for_each(|(row, out)| *out = small::<Q8_0, 34, 1, VNNI>(row, &acts)[0]),
-        GgmlType::Q4_K => rows.for_each(|(row, out)| *out = k_quant::<1, 144, false, VNNI>(row, &acts)[0]),
-        GgmlType::Q5_K => rows.for_each(|(row, out)| *out = k_quant::<1, 176, true, VNNI>(row, &acts)[0]),
+        GgmlType::Q4_0 => rows.for_each(|(row, out)| *out = small::<Q4_0, 18, 1, LEVEL>(row, &acts)[0]),
+        GgmlType::Q4_1 => rows.for_each(|(row, out)| *out = small::<Q4_1, 20, 1, LEVEL>(row, &acts)[0]),
+        GgmlType::Q5_0 => rows.for_each(|(row, out)| *out = small::<Q5_0, 22, 1, LEVEL>(row, &acts)[0]),
+        GgmlType::Q5_1 => rows.for_each(|(row, out)| *out = small::<Q5_1, 24, 1, LEVEL>(row, &acts)[0]),
+        GgmlType::Q8_0 => rows.for_each(|(row, out)| *out = small::<Q8_0, 34, 1, LEVEL>(row, &acts)[0]),
+        GgmlType::Q4_K => rows.for_each(|(row, out)| *out = k_quant::<1, 144, false, LEVEL>(row, &acts)[0]),
+        GgmlType::Q5_K => rows.for_each(|(row, out)| *out = k_quant::<1, 176, true, LEVEL>(row, &acts)[0]),
         GgmlType::Q6_K => rows.for_each(|(row, out)| *out = q6_k(row, &acts)[0]),
         _ => unreachable!("{ty} has no integer kernel"),
     }
@@ -244,17 +263,17 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)))
 }
 
-/// `sum w_i x_i` over 32 byte pairs, in 8 lanes of 4 products: `w` unsigned, `x` signed. With
-/// `VNNI` one `vpdpbusd` (VEX-encoded, AVX-VNNI), written as assembly so that the kernels need
-/// not be compiled twice with different target features; the caller must have checked for
+/// `sum w_i x_i` over 32 byte pairs, in 8 lanes of 4 products: `w` unsigned, `x` signed. From
+/// [`VNNI`] on, one `vpdpbusd` (VEX-encoded, AVX-VNNI), written as assembly so that the kernels
+/// need not be compiled once per set of target features; the caller must have checked for
 /// AVX-VNNI.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn dot_unsigned<const VNNI: bool>(w: __m256i, x: __m256i) -> __m256i {
-    if VNNI {
+fn dot_unsigned<const LEVEL: u8>(w: __m256i, x: __m256i) -> __m256i {
+    if LEVEL >= VNNI {
         let mut sums = _mm256_setzero_si256();
         // SAFETY: the instruction only reads and writes the three registers; `Avx2::kernel`
-        // runs `VNNI` kernels only where `detect` found AVX-VNNI.
+        // runs `VNNI` and `MASKS` kernels only where `detect` found AVX-VNNI.
         unsafe {
             std::arch::asm!(
                 "{{vex}} vpdpbusd {sums}, {w}, {x}",
@@ -273,8 +292,8 @@ fn dot_unsigned<const VNNI: bool>(w: __m256i, x: __m256i) -> __m256i {
 /// `sum w_i x_i` over 32 byte pairs, in 8 lanes of 4 products, both signed.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn dot_signed<const VNNI: bool>(w: __m256i, x: __m256i) -> __m256i {
-    dot_unsigned::<VNNI>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+fn dot_signed<const LEVEL: u8>(w: __m256i, x: __m256i) -> __m256i {
+    dot_unsigned::<LEVEL>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
 }
 
 /// 16 in byte `i` where bit `i` of `high` is set: byte `i` takes byte `i / 8` of the word,
@@ -290,6 +309,30 @@ fn fifth_bits(high: u32) -> __m256i {
     _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10))
 }
 
+/// `q` plus 16 in byte `i` where bit `i` of `high` is set: the word becomes a mask register
+/// and one masked byte addition applies it (AVX-512 BW and VL, written as assembly like
+/// [`dot_unsigned`]; the caller must have checked for them).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn add_sixteen_where(q: __m256i, high: u32) -> __m256i {
+    let mut q = q;
+    // SAFETY: the instructions read `high` and the two vector registers and write `q` and the
+    // clobbered `k1`; `Avx2::kernel` runs `MASKS` kernels only where `detect` found AVX-512 BW
+    // and VL.
+    unsafe {
+        std::arch::asm!(
+            "kmovd k1, {high:e}",
+            "vpaddb {q}{{k1}}, {q}, {sixteen}",
+            high = in(reg) high,
+            q = inout(ymm_reg) q,
+            sixteen = in(ymm_reg) _mm256_set1_epi8(16),
+            out("k1") _,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    q
+}
+
 /// The 32-value types, as the const parameter of [`small`] (each compiled on its own).
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
@@ -302,7 +345,7 @@ const Q8_0: u8 = 4;
 /// shifting the high half's 32-bit lanes by 4 brings its high nibbles down.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack<const T: u8, const B: usize>(block: &[u8; B]) -> __m256i {
+fn unpack<const T: u8, const B: usize, const LEVEL: u8>(block: &[u8; B]) -> __m256i {
     let (high, qs) = match T {
         Q4_0 => (None, 2),
         Q4_1 => (None, 4),
@@ -316,7 +359,7 @@ fn unpack<const T: u8, const B: usize>(block: &[u8; B]) -> __m256i {
     match high {
         Some(at) => {
             let high = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
-            _mm256_or_si256(q, fifth_bits(high))
+            if LEVEL >= MASKS { add_sixteen_where(q, high) } else { _mm256_or_si256(q, fifth_bits(high)) }
         }
         None => q,
     }
@@ -341,7 +384,7 @@ type Sums<const N: usize> = [[__m256; N]; 3];
 /// `dx * sum(x)` at once.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn small_group<const T: u8, const B: usize, const N: usize, const VNNI: bool>(
+fn small_group<const T: u8, const B: usize, const N: usize, const LEVEL: u8>(
     group: &[[u8; B]; 8],
     acts: &[Act<'_>; N],
     first: usize,
@@ -366,11 +409,12 @@ fn small_group<const T: u8, const B: usize, const N: usize, const VNNI: bool>(
     }
     let add = |k: usize, r: usize, w: __m256i, sum: __m256| -> __m256 {
         let x = load_act(&xs[r][k]);
-        let products = if T == Q8_0 { dot_signed::<VNNI>(w, x) } else { dot_unsigned::<VNNI>(w, x) };
+        let products = if T == Q8_0 { dot_signed::<LEVEL>(w, x) } else { dot_unsigned::<LEVEL>(w, x) };
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_set1_ps(steps[r][k]), sum)
     };
     for pair in 0..4 {
-        let (first_block, second_block) = (unpack::<T, B>(&group[2 * pair]), unpack::<T, B>(&group[2 * pair + 1]));
+        let (first_block, second_block) =
+            (unpack::<T, B, LEVEL>(&group[2 * pair]), unpack::<T, B, LEVEL>(&group[2 * pair + 1]));
         for r in 0..N {
             even[r] = add(2 * pair, r, first_block, even[r]);
             odd[r] = add(2 * pair + 1, r, second_block, odd[r]);
@@ -382,14 +426,11 @@ fn small_group<const T: u8, const B: usize, const N: usize, const VNNI: bool>(
 /// Rows of the 32-value type `T`, `B` bytes a block, 8 blocks at a time. A row's last blocks,
 /// when fewer than 8, go one at a time (rows of 576 values, common in small models, end in 2).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn small<const T: u8, const B: usize, const N: usize, const VNNI: bool>(
-    weight: &[u8],
-    acts: &[Act<'_>; N],
-) -> [f32; N] {
+fn small<const T: u8, const B: usize, const N: usize, const LEVEL: u8>(weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
     let mut sums = [[_mm256_setzero_ps(); N]; 3];
     let (groups, tail) = weight.as_chunks::<B>().0.as_chunks::<8>();
     for (g, group) in groups.iter().enumerate() {
-        sums = small_group::<T, B, N, VNNI>(group, acts, 8 * g, sums);
+        sums = small_group::<T, B, N, LEVEL>(group, acts, 8 * g, sums);
     }
     let mut constants = [0f32; N];
     for (k, block) in tail.iter().enumerate() {
@@ -401,10 +442,10 @@ fn small<const T: u8, const B: usize, const N: usize, const VNNI: bool>(
             Q4_1 | Q5_1 => half(block, 2),
             _ => 0.0,
         };
-        let w = unpack::<T, B>(block);
+        let w = unpack::<T, B, LEVEL>(block);
         for r in 0..N {
             let x = load_act(&acts[r].q[k]);
-            let products = if T == Q8_0 { dot_signed::<VNNI>(w, x) } else { dot_unsigned::<VNNI>(w, x) };
+            let products = if T == Q8_0 { dot_signed::<LEVEL>(w, x) } else { dot_unsigned::<LEVEL>(w, x) };
             sums[0][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_set1_ps(d * acts[r].d[k]), sums[0][r]);
             constants[r] += constant * acts[r].ds[k];
         }
@@ -423,7 +464,7 @@ fn small<const T: u8, const B: usize, const N: usize, const VNNI: bool>(
 /// `2c + 1`); Q5_K's fifth bits come from bits `2c`, `2c + 1` of `qh`, shifted down by 2 per
 /// chunk (16-bit shifts: the bits that cross into the neighbouring byte are masked off).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k_quant<const N: usize, const BYTES: usize, const FIFTH: bool, const VNNI: bool>(
+fn k_quant<const N: usize, const BYTES: usize, const FIFTH: bool, const LEVEL: u8>(
     weight: &[u8],
     acts: &[Act<'_>; N],
 ) -> [f32; N] {
@@ -454,9 +495,9 @@ fn k_quant<const N: usize, const BYTES: usize, const FIFTH: bool, const VNNI: bo
             }
             let b = 8 * s + 2 * c;
             for r in 0..N {
-                let products = _mm256_cvtepi32_ps(dot_unsigned::<VNNI>(low, load_act(&acts[r].q[b])));
+                let products = _mm256_cvtepi32_ps(dot_unsigned::<LEVEL>(low, load_act(&acts[r].q[b])));
                 even[r] = _mm256_fmadd_ps(products, _mm256_set1_ps(steps[r][2 * c]), even[r]);
-                let products = _mm256_cvtepi32_ps(dot_unsigned::<VNNI>(top, load_act(&acts[r].q[b + 1])));
+                let products = _mm256_cvtepi32_ps(dot_unsigned::<LEVEL>(top, load_act(&acts[r].q[b + 1])));
                 odd[r] = _mm256_fmadd_ps(products, _mm256_set1_ps(steps[r][2 * c + 1]), odd[r]);
             }
         }
