@@ -66,6 +66,8 @@ pub use pretrained::{Pretrained, PretrainedOptions};
 pub use nnx_core::{nn, quant};
 
 // Archives, saves and imports.
+/// LoRA adapters (PEFT, MLX-LM, GGUF) read and merged into derived modules.
+pub use nnx_io::adapter;
 pub use nnx_io::gguf;
 pub use nnx_io::hub;
 /// Archives in object stores and on the Hub: [`Archive::open`] takes their URLs.

@@ -8,6 +8,7 @@ mod dequantize;
 mod diff;
 mod download;
 mod inspect;
+mod lora;
 mod perplexity;
 mod quantize;
 mod run;
@@ -62,6 +63,9 @@ enum Command {
     /// The perplexity of a model on a text, computed as llama.cpp's `llama-perplexity`
     /// computes it: chunks of `--ctx` tokens, each scored on its second half.
     Perplexity(perplexity::Args),
+    /// LoRA adapters (PEFT, MLX-LM, GGUF): `inspect` describes one, `merge` writes a base
+    /// model with one merged into its weights.
+    Lora(lora::Args),
 }
 
 /// Prints `error` as the one `error:` line: its lines joined, and every control character
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Run(args) => on_the_pool(|| run::run(args)),
         Command::Perplexity(args) => on_the_pool(|| perplexity::run(args)),
+        Command::Lora(args) => lora::run(args),
         Command::Diff(args) => {
             return match diff::run(args) {
                 Ok((text, equal)) => {

@@ -6,6 +6,7 @@
 //!
 //! Users depend on the `nnx` facade crate, which re-exports everything here.
 
+pub mod adapter;
 mod archive;
 mod budget;
 pub mod config;

@@ -1,5 +1,6 @@
 //! Integration tests of the public API, one module per capability.
 
+mod adapter;
 mod archive;
 mod chat;
 mod cli;

@@ -593,6 +593,27 @@ pub enum Error {
         /// Every problem.
         problems: Vec<ExportProblem>,
     },
+    /// An adapter file (LoRA factors and their configuration) that cannot be read.
+    #[error("the adapter `{path}`: `{entry}` {problem}")]
+    Adapter {
+        /// The file or folder.
+        path: PathBuf,
+        /// The entry or configuration key.
+        entry: String,
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// An adapter that does not fit a model: every module without a target or with a target of
+    /// another shape. The model is unchanged.
+    #[error("the adapter `{path}` does not fit `{target}`, which is unchanged: {}", list_problems(problems))]
+    AdapterMismatch {
+        /// The adapter.
+        path: PathBuf,
+        /// The model's type name.
+        target: String,
+        /// Every problem, in adapter order.
+        problems: Vec<String>,
+    },
     /// A configuration file that cannot be used.
     #[error("`{path}` is not a usable model configuration: {problem}")]
     Config {
@@ -710,6 +731,11 @@ impl Error {
         let path = path.into();
         move |source| Error::Io { action, path, source }
     }
+}
+
+/// `problems` joined for one message.
+fn list_problems(problems: &[String]) -> String {
+    problems.join("; ")
 }
 
 /// Renders ` (did you mean `NAME`?)` for a suggestion and nothing without one: the one place

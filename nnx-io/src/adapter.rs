@@ -1,0 +1,938 @@
+//! LoRA adapters: low-rank factors that change some of a base model's weights, as PEFT,
+//! MLX-LM and llama.cpp store them, read into one [`Adapter`] and merged into a derived module
+//! through the module's own import mapping, every name and shape checked before anything
+//! changes.
+//!
+//! All three formats come down to the same thing per adapted module: `A` (`[r, in]`), `B`
+//! (`[out, r]`) and a scale `s`, the weight becoming `W + s * B A`. They differ in names,
+//! orientation and how `s` is given:
+//!
+//! | format | files | factors | scale |
+//! |---|---|---|---|
+//! | PEFT | `adapter_config.json`, `adapter_model.safetensors` (or `.bin`) | `base_model.model.<path>.lora_A.weight` `[r, in]`, `lora_B.weight` `[out, r]` | `lora_alpha / r`, or `/ sqrt(r)` with `use_rslora`; per-module `rank_pattern` / `alpha_pattern` |
+//! | MLX-LM | `adapter_config.json`, `adapters.safetensors` | `<path>.lora_a` `[in, r]`, `lora_b` `[r, out]` | `lora_parameters.scale` (default 20), a plain multiplier |
+//! | GGUF | one `.gguf` with `adapter.type = lora` | `<tensor>.lora_a` `[r, in]`, `.lora_b` `[out, r]` | `adapter.lora.alpha / r` |
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use nnx_core::{DType, ImportOp, Module, Naming, Tensor, for_each_entry_mut, for_each_entry_named};
+use serde_json::Value;
+
+use crate::archive::Archive;
+use crate::error::{Error, Result};
+
+/// Where an adapter came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdapterFormat {
+    /// Hugging Face PEFT (`adapter_config.json` with `peft_type`).
+    Peft,
+    /// MLX-LM (`adapters.safetensors`, `lora_parameters` in its config).
+    Mlx,
+    /// llama.cpp's GGUF LoRA (`adapter.type = lora`).
+    Gguf,
+}
+
+impl AdapterFormat {
+    /// The source names the adapter's module paths follow.
+    pub fn naming(self) -> Naming {
+        match self {
+            AdapterFormat::Peft | AdapterFormat::Mlx => Naming::Transformers,
+            AdapterFormat::Gguf => Naming::Gguf,
+        }
+    }
+}
+
+/// What an adapted module is: its weight multiplies inputs, or is a lookup table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoraKind {
+    /// A linear layer: `W [out, in] += s * B A`.
+    Linear,
+    /// An embedding: `E [num_embeddings, dim] += s * (B A)ᵀ`, with `A [r, num_embeddings]`
+    /// and `B [dim, r]` (PEFT's `lora_embedding_A` and `lora_embedding_B`).
+    Embedding,
+}
+
+/// The factors of one adapted module.
+#[derive(Debug, Clone)]
+pub struct LoraModule {
+    /// The module's source path in the adapter's naming, without `.weight`
+    /// (`model.layers.0.self_attn.q_proj`, or `blk.0.attn_q` for GGUF).
+    pub source: String,
+    /// Linear or embedding.
+    pub kind: LoraKind,
+    /// `A`, F32 `[r, in]` (`[r, num_embeddings]` for an embedding).
+    pub a: Tensor,
+    /// `B`, F32 `[out, r]` (`[dim, r]` for an embedding).
+    pub b: Tensor,
+    /// The scale of `B A`.
+    pub scale: f32,
+    /// The base stores this weight `[in, out]` (GPT-2's `Conv1D`): the delta is transposed.
+    pub fan_in_fan_out: bool,
+    /// DoRA's magnitude per output row, F32 `[out]`.
+    pub magnitude: Option<Tensor>,
+    /// A trained bias added to the layer's bias times the scale (PEFT's `lora_bias`).
+    pub bias: Option<Tensor>,
+}
+
+impl LoraModule {
+    /// The rank `r`.
+    pub fn rank(&self) -> usize {
+        self.a.shape()[0]
+    }
+
+    /// `s * B A` as the base stores the weight (`[out, in]`, or `[in, out]` with
+    /// `fan_in_fan_out`; `[num_embeddings, dim]` for an embedding), in f32.
+    ///
+    /// # Errors
+    /// A factor that is not f32 on the host.
+    pub fn delta(&self) -> Result<Tensor> {
+        let (a, b) = (self.a.to_vec::<f32>()?, self.b.to_vec::<f32>()?);
+        let (r, inner) = (self.a.shape()[0], self.a.shape()[1]);
+        let out = self.b.shape()[0];
+        // `B A` in f64, each value one rounding to f32.
+        let mut delta = vec![0f32; out * inner];
+        for (o, row) in delta.chunks_exact_mut(inner.max(1)).enumerate() {
+            for (i, value) in row.iter_mut().enumerate() {
+                let sum: f64 = (0..r).map(|k| f64::from(b[o * r + k]) * f64::from(a[k * inner + i])).sum();
+                *value = (sum * f64::from(self.scale)) as f32;
+            }
+        }
+        let delta = Tensor::from_vec(delta, &[out, inner])?;
+        let transposed = match self.kind {
+            LoraKind::Linear => self.fan_in_fan_out,
+            LoraKind::Embedding => true,
+        };
+        Ok(if transposed { delta.transpose(0, 1)?.contiguous() } else { delta })
+    }
+}
+
+/// A LoRA adapter: the factors of every adapted module and the whole tensors it replaces
+/// (PEFT's `modules_to_save`).
+#[derive(Debug, Clone)]
+pub struct Adapter {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Its format.
+    pub format: AdapterFormat,
+    /// The adapted modules, in file order.
+    pub modules: Vec<LoraModule>,
+    /// Tensors the adapter replaces whole, by source name (`lm_head.weight`).
+    pub saved: BTreeMap<String, Tensor>,
+    /// The configuration as stored (`adapter_config.json`; for GGUF, the `adapter.*` keys).
+    pub config: Value,
+}
+
+/// The prefix PEFT puts before every module path (its `PeftModel` wrapping the base model).
+const PEFT_PREFIX: &str = "base_model.model.";
+
+impl Adapter {
+    /// Reads the adapter at `path`: a folder with `adapter_config.json` (PEFT or MLX-LM, told
+    /// apart by the config), or a GGUF LoRA file.
+    ///
+    /// # Errors
+    /// [`Error::Adapter`] naming the file and entry for a config or tensor that does not make
+    /// an adapter; the errors of reading the files.
+    pub fn open(path: impl AsRef<Path>) -> Result<Adapter> {
+        let path = path.as_ref();
+        if path.is_file() {
+            if path.extension().is_some_and(|extension| extension == "gguf") {
+                return read_gguf(path);
+            }
+            return match path.parent() {
+                Some(dir) if dir.join("adapter_config.json").is_file() => Adapter::open(dir),
+                _ => Err(problem(
+                    path,
+                    "",
+                    "is not an adapter: expected a folder with `adapter_config.json` or a GGUF LoRA file",
+                )),
+            };
+        }
+        let config_path = path.join("adapter_config.json");
+        let text = std::fs::read_to_string(&config_path).map_err(Error::io("read", &config_path))?;
+        let config: Value = serde_json::from_str(&text).map_err(|error| {
+            problem(&config_path, "", &format!("is not JSON ({error}): fix or regenerate the file"))
+        })?;
+        if config.get("lora_parameters").is_some() { read_mlx(path, config) } else { read_peft(path, config) }
+    }
+
+    /// Writes the adapter in PEFT's layout into the folder `dir` (created if needed):
+    /// `adapter_config.json` (`r` the largest rank, `lora_alpha` and per-module `rank_pattern`
+    /// / `alpha_pattern` entries that give every module its rank and scale, `use_dora`,
+    /// `lora_bias`, `fan_in_fan_out`, `target_modules`, `modules_to_save`) and
+    /// `adapter_model.safetensors` (`base_model.model.<path>.lora_A.weight` ...), which PEFT's
+    /// `PeftModel.from_pretrained` loads. An MLX-LM adapter becomes a PEFT one this way.
+    ///
+    /// # Errors
+    /// [`Error::Adapter`] for a GGUF adapter (its names are llama.cpp's, not the module paths
+    /// PEFT needs) or modules that mix `fan_in_fan_out`; the errors of writing.
+    pub fn save_peft(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        if self.format == AdapterFormat::Gguf {
+            return Err(problem(
+                &self.path,
+                "",
+                "is a GGUF adapter, named by llama.cpp's tensor names: PEFT needs the model's module paths (save the PEFT or MLX-LM adapter it was converted from)",
+            ));
+        }
+        let fan_in_fan_out = self.modules.iter().any(|module| module.fan_in_fan_out);
+        if let Some(other) =
+            self.modules.iter().find(|m| m.fan_in_fan_out != fan_in_fan_out && m.kind == LoraKind::Linear)
+        {
+            return Err(problem(
+                &self.path,
+                &other.source,
+                "differs from the other modules in `fan_in_fan_out`, which PEFT sets once per adapter",
+            ));
+        }
+        let (_, rank) = self.ranks();
+        let alpha = |module: &LoraModule| f64::from(module.scale) * module.rank() as f64;
+        let lora_alpha = self.modules.first().map_or(8.0, alpha);
+        let (mut rank_pattern, mut alpha_pattern) = (serde_json::Map::new(), serde_json::Map::new());
+        let mut targets: Vec<String> = Vec::new();
+        let mut archive = Archive::new();
+        for module in &self.modules {
+            // Each key a regular expression for this one module's whole path.
+            let key = regex::escape(&module.source);
+            if module.rank() != rank {
+                rank_pattern.insert(key.clone(), Value::from(module.rank()));
+            }
+            if alpha(module) != lora_alpha {
+                alpha_pattern.insert(key, Value::from(alpha(module)));
+            }
+            let last = module.source.rsplit('.').next().unwrap_or(&module.source).to_string();
+            if !targets.contains(&last) {
+                targets.push(last);
+            }
+            let stem = format!("{PEFT_PREFIX}{}", module.source);
+            let (a, b) = match module.kind {
+                LoraKind::Linear => ("lora_A.weight", "lora_B.weight"),
+                LoraKind::Embedding => ("lora_embedding_A", "lora_embedding_B"),
+            };
+            archive.insert(format!("{stem}.{a}"), module.a.clone());
+            archive.insert(format!("{stem}.{b}"), module.b.clone());
+            if let Some(magnitude) = &module.magnitude {
+                archive.insert(format!("{stem}.lora_magnitude_vector"), magnitude.clone());
+            }
+            if let Some(bias) = &module.bias {
+                archive.insert(format!("{stem}.lora_B.bias"), bias.clone());
+            }
+        }
+        targets.sort();
+        let mut saved: Vec<&str> = Vec::new();
+        for (name, tensor) in &self.saved {
+            let stem = name.rsplit_once('.').map_or(name.as_str(), |(stem, _)| stem);
+            // The saved weight of an adapted module is its base layer's, as PEFT names it.
+            if self.modules.iter().any(|module| module.source == stem) {
+                let field = &name[stem.len()..];
+                archive.insert(format!("{PEFT_PREFIX}{stem}.base_layer{field}"), tensor.clone());
+                continue;
+            }
+            archive.insert(format!("{PEFT_PREFIX}{name}"), tensor.clone());
+            if !saved.contains(&stem) {
+                saved.push(stem);
+            }
+        }
+        let config = serde_json::json!({
+            "peft_type": "LORA",
+            "task_type": self.config.get("task_type").cloned().unwrap_or(Value::Null),
+            "base_model_name_or_path": self.config.get("base_model_name_or_path").cloned().unwrap_or(Value::Null),
+            "r": rank,
+            "lora_alpha": lora_alpha,
+            "lora_dropout": 0.0,
+            "target_modules": targets,
+            "rank_pattern": rank_pattern,
+            "alpha_pattern": alpha_pattern,
+            "use_rslora": false,
+            "use_dora": self.modules.iter().any(|module| module.magnitude.is_some()),
+            "lora_bias": self.modules.iter().any(|module| module.bias.is_some()),
+            "bias": "none",
+            "fan_in_fan_out": fan_in_fan_out,
+            "modules_to_save": if saved.is_empty() { Value::Null } else { Value::from(saved) },
+            "inference_mode": true,
+        });
+        std::fs::create_dir_all(dir).map_err(Error::io("create", dir))?;
+        let text = serde_json::to_string_pretty(&config).expect("a JSON value serializes") + "\n";
+        crate::fs::write_atomic(dir.join("adapter_config.json"), text.as_bytes())?;
+        archive.save(dir.join("adapter_model.safetensors"))
+    }
+
+    /// The ranks of the modules, smallest and largest.
+    pub fn ranks(&self) -> (usize, usize) {
+        let ranks = self.modules.iter().map(LoraModule::rank);
+        (ranks.clone().min().unwrap_or(0), ranks.max().unwrap_or(0))
+    }
+
+    /// Checks that every module and saved tensor of the adapter has its target in `model`
+    /// (through the model's import mapping for the adapter's naming) with the right shape,
+    /// and lists what it finds. Changes nothing.
+    pub fn check<M: Module + ?Sized>(&self, model: &M) -> AdapterReport {
+        self.plan(model).0
+    }
+
+    /// Merges the adapter into `model`: each target weight becomes `W + s * B A` (DoRA's
+    /// magnitudes applied, biases added, saved tensors replacing theirs), computed in f32 and
+    /// cast back to the weight's dtype. Nothing changes unless every module fits.
+    ///
+    /// The returned [`Merged`] holds the weights as they were, so that
+    /// [`Merged::unmerge`] restores them bit for bit.
+    ///
+    /// # Errors
+    /// [`Error::AdapterMismatch`] listing every module that has no target or a target of
+    /// another shape; a target on a device other than the host.
+    pub fn merge_into<M: Module + ?Sized>(&self, model: &mut M) -> Result<Merged> {
+        let (report, targets) = self.plan(model);
+        if !report.problems.is_empty() {
+            return Err(Error::AdapterMismatch {
+                path: self.path.clone(),
+                target: nnx_core::__private::short_type_name(std::any::type_name::<M>()).to_string(),
+                problems: report.problems.iter().map(ToString::to_string).collect(),
+            });
+        }
+        // The new value of every model tensor that changes, computed before any is replaced.
+        let mut current: HashMap<String, Tensor> = HashMap::new();
+        for_each_entry_named(model, self.format.naming(), |slot, tensor| {
+            if targets.contains_key(slot.name) {
+                current.insert(slot.name.to_string(), tensor.clone());
+            }
+        });
+        let mut updated: HashMap<String, Tensor> = HashMap::new();
+        for (name, changes) in &targets {
+            let mut value = current[name].clone();
+            // A saved copy of the weight first (PEFT saves an adapted embedding's), then deltas.
+            for change in changes {
+                value = match change {
+                    Change::Replace(tensor) => tensor.to_dtype(value.dtype())?,
+                    Change::Add { delta, magnitude } => add_delta(&value, delta, magnitude.as_ref())?,
+                };
+            }
+            updated.insert(name.clone(), value);
+        }
+        let mut originals = Vec::new();
+        for_each_entry_mut(model, |slot, tensor| {
+            if let Some(value) = updated.remove(slot.name) {
+                originals.push((slot.name.to_string(), std::mem::replace(tensor, value)));
+            }
+        });
+        Ok(Merged { originals, report })
+    }
+
+    /// The entries of `base` (a model's weights under their source names, as the adapter
+    /// names them) with the adapter merged in: each target `W + s * B A` (DoRA's magnitudes
+    /// applied, trained biases added, saved modules replacing theirs) in the entry's dtype,
+    /// every other entry a view of `base`. What `nnx lora merge` writes.
+    ///
+    /// # Errors
+    /// [`Error::AdapterMismatch`] listing every module without an entry or with an entry of
+    /// another shape or a dtype that is not a float (nothing is merged then); the errors of
+    /// reading the entries.
+    pub fn merge_archive(&self, base: &Archive) -> Result<Archive> {
+        let mut merged = base.select("");
+        let mut problems = Vec::new();
+        let names: Vec<&str> = base.names().collect();
+        // Saved modules first: an adapted embedding's saved copy is the weight its delta adds to.
+        let mut replaced: HashMap<String, Tensor> = HashMap::new();
+        for (name, tensor) in &self.saved {
+            match base.entry_spec(name)? {
+                Some((dtype, shape)) if shape == tensor.shape() && dtype.is_castable_float() => {
+                    replaced.insert(name.clone(), tensor.to_dtype(dtype)?);
+                }
+                Some((_, shape)) => problems.push(AdapterProblem::Shape {
+                    module: name.clone(),
+                    target: name.clone(),
+                    expected: shape,
+                    found: tensor.shape().to_vec(),
+                }),
+                None => {
+                    let suggestion = nnx_core::__private::suggest(name, names.iter().copied());
+                    problems.push(AdapterProblem::NoTarget { module: name.clone(), suggestion });
+                }
+            }
+        }
+        // The merged value of entry `name`, or `None` with the problem recorded.
+        let merge = |name: &str, change: Change, problems: &mut Vec<AdapterProblem>| -> Result<Option<Tensor>> {
+            let Some((dtype, shape)) = base.entry_spec(name)? else {
+                let suggestion = nnx_core::__private::suggest(name, names.iter().copied());
+                problems.push(AdapterProblem::NoTarget { module: name.to_string(), suggestion });
+                return Ok(None);
+            };
+            let found = match &change {
+                Change::Add { delta, .. } => delta.shape().to_vec(),
+                Change::Replace(tensor) => tensor.shape().to_vec(),
+            };
+            if found != shape {
+                let (module, target) = (name.to_string(), name.to_string());
+                problems.push(AdapterProblem::Shape { module, target, expected: shape, found });
+                return Ok(None);
+            }
+            if !dtype.is_castable_float() {
+                let reason = format!("is {dtype}; merging needs float weights (decode quantized ones first)");
+                problems.push(AdapterProblem::Unusable { module: name.to_string(), reason });
+                return Ok(None);
+            }
+            let weight = match replaced.get(name) {
+                Some(saved) => saved.clone(),
+                None => base.try_get(name)?,
+            };
+            Ok(Some(match change {
+                Change::Add { delta, magnitude } => add_delta(&weight, &delta, magnitude.as_ref())?,
+                Change::Replace(tensor) => tensor.to_dtype(dtype)?,
+            }))
+        };
+        let mut values = Vec::new();
+        for module in &self.modules {
+            let (weight, magnitude) = (format!("{}.weight", module.source), module.magnitude.clone());
+            values.push((
+                weight.clone(),
+                merge(&weight, Change::Add { delta: module.delta()?, magnitude }, &mut problems)?,
+            ));
+            if let Some(bias) = &module.bias {
+                let delta = scaled(bias, module.scale)?;
+                let name = format!("{}.bias", module.source);
+                let value = match (base.contains(&name), base.entry_spec(&weight)?) {
+                    // A layer without a bias gets the trained one, as PEFT's merge gives it one.
+                    (false, Some((dtype, _))) if dtype.is_castable_float() => Some(delta.to_dtype(dtype)?),
+                    _ => merge(&name, Change::Add { delta, magnitude: None }, &mut problems)?,
+                };
+                values.push((name, value));
+            }
+        }
+        for (name, tensor) in &replaced {
+            if !values.iter().any(|(merged, _)| merged == name) {
+                values.push((name.clone(), Some(tensor.clone())));
+            }
+        }
+        for (name, value) in values {
+            if let Some(value) = value {
+                merged.insert(name, value);
+            }
+        }
+        if !problems.is_empty() {
+            return Err(Error::AdapterMismatch {
+                path: self.path.clone(),
+                target: base.origin().to_string(),
+                problems: problems.iter().map(ToString::to_string).collect(),
+            });
+        }
+        Ok(merged)
+    }
+
+    /// The report and, for every model tensor the adapter changes, how.
+    fn plan<M: Module + ?Sized>(&self, model: &M) -> (AdapterReport, BTreeMap<String, Vec<Change>>) {
+        // Each source name with the model tensors read from it, their operations and shapes.
+        let mut by_source: HashMap<String, Vec<Target>> = HashMap::new();
+        let mut sources = Vec::new();
+        for_each_entry_named(model, self.format.naming(), |slot, tensor| {
+            if slot.tie.is_some() {
+                return;
+            }
+            sources.push(slot.source.to_string());
+            by_source.entry(slot.source.to_string()).or_default().push(Target {
+                name: slot.name.to_string(),
+                ops: slot.ops.to_vec(),
+                shape: tensor.shape().to_vec(),
+            });
+        });
+        let mut report = AdapterReport::default();
+        let mut changes: BTreeMap<String, Vec<Change>> = BTreeMap::new();
+        let unexpected = |report: &mut AdapterReport, name: &str| {
+            let suggestion = nnx_core::__private::suggest(name, sources.iter().map(String::as_str));
+            report.problems.push(AdapterProblem::NoTarget { module: name.to_string(), suggestion });
+        };
+        for module in &self.modules {
+            let weight = format!("{}.weight", module.source);
+            let Some(targets) = by_source.get(&weight) else {
+                unexpected(&mut report, &weight);
+                continue;
+            };
+            let delta = match module.delta() {
+                Ok(delta) => delta,
+                Err(error) => {
+                    report.problems.push(AdapterProblem::Unusable { module: weight, reason: error.to_string() });
+                    continue;
+                }
+            };
+            if module.magnitude.is_some() && (targets.len() != 1 || !targets[0].ops.is_empty()) {
+                let reason = "DoRA normalises whole rows of the stored weight, which this model splits or reorders";
+                report.problems.push(AdapterProblem::Unusable { module: weight, reason: reason.to_string() });
+                continue;
+            }
+            let mut deltas = vec![(weight, delta, module.magnitude.clone())];
+            if let Some(bias) = &module.bias {
+                match scaled(bias, module.scale) {
+                    Ok(delta) => deltas.push((format!("{}.bias", module.source), delta, None)),
+                    Err(error) => {
+                        let module = format!("{}.bias", module.source);
+                        report.problems.push(AdapterProblem::Unusable { module, reason: error.to_string() });
+                    }
+                }
+            }
+            for (source, delta, magnitude) in deltas {
+                let Some(targets) = by_source.get(&source) else {
+                    if source.ends_with(".bias") {
+                        let reason = "the adapter trained a bias (`lora_bias`) for a layer that has none in this model: merge into the files with `Adapter::merge_archive` (`nnx lora merge`), which adds it, and load them into a model whose layer has a bias";
+                        report.problems.push(AdapterProblem::Unusable { module: source, reason: reason.into() });
+                    } else {
+                        unexpected(&mut report, &source);
+                    }
+                    continue;
+                };
+                for target in targets {
+                    match through_ops(&delta, &target.ops) {
+                        Ok(piece) if piece.shape() == target.shape.as_slice() => {
+                            report.matched.push(target.name.clone());
+                            let magnitude = magnitude.clone();
+                            changes
+                                .entry(target.name.clone())
+                                .or_default()
+                                .push(Change::Add { delta: piece, magnitude });
+                        }
+                        Ok(piece) => report.problems.push(AdapterProblem::Shape {
+                            module: source.clone(),
+                            target: target.name.clone(),
+                            expected: target.shape.clone(),
+                            found: piece.shape().to_vec(),
+                        }),
+                        Err(reason) => {
+                            report.problems.push(AdapterProblem::Unusable { module: source.clone(), reason });
+                        }
+                    }
+                }
+            }
+        }
+        for (name, tensor) in &self.saved {
+            match by_source.get(name).map(Vec::as_slice) {
+                Some([target]) if target.ops.is_empty() && target.shape == tensor.shape() => {
+                    report.replaced.push(target.name.clone());
+                    changes.entry(target.name.clone()).or_default().insert(0, Change::Replace(tensor.clone()));
+                }
+                Some([target]) => report.problems.push(AdapterProblem::Shape {
+                    module: name.clone(),
+                    target: target.name.clone(),
+                    expected: target.shape.clone(),
+                    found: tensor.shape().to_vec(),
+                }),
+                _ => unexpected(&mut report, name),
+            }
+        }
+        (report, changes)
+    }
+}
+
+/// A model tensor read from a source entry, as the walk reports it.
+struct Target {
+    name: String,
+    ops: Vec<ImportOp>,
+    shape: Vec<usize>,
+}
+
+/// How a merge changes one model tensor.
+enum Change {
+    /// `W + delta`, then DoRA's row scaling when there is a magnitude.
+    Add { delta: Tensor, magnitude: Option<Tensor> },
+    /// A whole new value (a saved module).
+    Replace(Tensor),
+}
+
+/// `delta` as the model reads its source entry: split pieces narrowed, transposes applied; or
+/// why it cannot be.
+fn through_ops(delta: &Tensor, ops: &[ImportOp]) -> std::result::Result<Tensor, String> {
+    let mut tensor = delta.clone();
+    for op in ops {
+        tensor = match op {
+            ImportOp::Split(split) => {
+                let rank = tensor.rank() as isize;
+                let axis = usize::try_from(if split.axis < 0 { rank + split.axis } else { split.axis }).unwrap_or(0);
+                let piece = tensor.shape().get(axis).copied().unwrap_or(0) / split.parts.max(1);
+                tensor.narrow(axis, split.index * piece, piece).map_err(|error| error.to_string())?
+            }
+            ImportOp::Transpose if tensor.rank() >= 2 => {
+                let rank = tensor.rank();
+                tensor.transpose(rank - 2, rank - 1).map_err(|error| error.to_string())?
+            }
+            ImportOp::Transpose => tensor,
+            ImportOp::Offset(_) => tensor,
+            ImportOp::RopePermute(key) => {
+                return Err(format!(
+                    "the model reorders this weight's rows from llama.cpp's rotary order (grouped by `{key}`), which a delta in transformers' order does not follow: merge into a model imported from transformers names"
+                ));
+            }
+        };
+    }
+    Ok(tensor.contiguous())
+}
+
+/// `tensor * scale` in f32.
+fn scaled(tensor: &Tensor, scale: f32) -> Result<Tensor> {
+    let values: Vec<f32> = tensor.to_dtype(DType::F32)?.to_vec::<f32>()?.into_iter().map(|v| v * scale).collect();
+    Tensor::from_vec(values, tensor.shape())
+}
+
+/// `weight + delta` in f32, rows rescaled to `magnitude` (DoRA: `m / ||W + ΔW||` per row), in
+/// the weight's dtype.
+fn add_delta(weight: &Tensor, delta: &Tensor, magnitude: Option<&Tensor>) -> Result<Tensor> {
+    let mut values = weight.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    for (value, d) in values.iter_mut().zip(delta.to_vec::<f32>()?) {
+        *value += d;
+    }
+    if let Some(magnitude) = magnitude {
+        let magnitude = magnitude.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        let width = values.len() / magnitude.len().max(1);
+        for (row, m) in values.chunks_exact_mut(width.max(1)).zip(magnitude) {
+            let norm = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt();
+            let factor = (f64::from(m) / norm) as f32;
+            row.iter_mut().for_each(|v| *v *= factor);
+        }
+    }
+    Tensor::from_vec(values, weight.shape())?.to_dtype(weight.dtype())
+}
+
+/// A merge that can be taken back: the weights as they were before it.
+#[derive(Debug)]
+pub struct Merged {
+    originals: Vec<(String, Tensor)>,
+    /// What the merge matched and replaced.
+    pub report: AdapterReport,
+}
+
+impl Merged {
+    /// Puts back the weights the merge changed, bit for bit (the originals were kept, not
+    /// recomputed, so the result does not depend on rounding).
+    pub fn unmerge<M: Module + ?Sized>(self, model: &mut M) {
+        let mut originals: HashMap<String, Tensor> = self.originals.into_iter().collect();
+        for_each_entry_mut(model, |slot, tensor| {
+            if let Some(original) = originals.remove(slot.name) {
+                *tensor = original;
+            }
+        });
+    }
+}
+
+/// What an adapter found in a model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdapterReport {
+    /// Model tensors a module's delta (or trained bias) lands on, in adapter order.
+    pub matched: Vec<String>,
+    /// Model tensors a saved module replaces.
+    pub replaced: Vec<String>,
+    /// Everything that does not fit.
+    pub problems: Vec<AdapterProblem>,
+}
+
+/// Why an adapter does not fit a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdapterProblem {
+    /// No model tensor is read from this source name.
+    NoTarget {
+        /// The adapter's source name (`model.layers.0.self_attn.q_proj.weight`).
+        module: String,
+        /// The model's closest source name, if one is close.
+        suggestion: Option<String>,
+    },
+    /// The delta's shape is not the target's.
+    Shape {
+        /// The adapter's source name.
+        module: String,
+        /// The model tensor.
+        target: String,
+        /// The model tensor's shape.
+        expected: Vec<usize>,
+        /// The delta's shape as the model would read it.
+        found: Vec<usize>,
+    },
+    /// A module that cannot be applied here.
+    Unusable {
+        /// The adapter's source name.
+        module: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for AdapterProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AdapterProblem::NoTarget { module, suggestion } => {
+                write!(f, "`{module}` has no target in the model{}", nnx_core::error::DidYouMean(suggestion.as_deref()))
+            }
+            AdapterProblem::Shape { module, target, expected, found } => {
+                write!(f, "`{module}` gives `{target}` a delta of {found:?}, but it is {expected:?}")
+            }
+            AdapterProblem::Unusable { module, reason } => write!(f, "`{module}`: {reason}"),
+        }
+    }
+}
+
+/// An [`Error::Adapter`] for `entry` of `path`.
+fn problem(path: &Path, entry: &str, problem: &str) -> Error {
+    Error::Adapter { path: path.to_path_buf(), entry: entry.to_string(), problem: problem.to_string() }
+}
+
+/// `tensor` as F32 on the host, owned and contiguous.
+fn f32_of(tensor: Tensor) -> Result<Tensor> {
+    Ok(tensor.to_dtype(DType::F32)?.contiguous())
+}
+
+/// The value of the first `pattern` key that matches `module` as PEFT matches them (the key a
+/// regular expression for the whole name or its last dotted parts).
+fn pattern_value(patterns: Option<&Value>, module: &str) -> Option<f64> {
+    let patterns = patterns?.as_object()?;
+    patterns.iter().find_map(|(key, value)| {
+        let regex = regex::Regex::new(&format!(r"^(.*\.)?({key})$")).ok()?;
+        regex.is_match(module).then(|| value.as_f64()).flatten()
+    })
+}
+
+/// A PEFT folder.
+fn read_peft(dir: &Path, config: Value) -> Result<Adapter> {
+    let config_path = dir.join("adapter_config.json");
+    if let Some(kind) = config.get("peft_type").and_then(Value::as_str)
+        && kind != "LORA"
+    {
+        return Err(problem(
+            &config_path,
+            "peft_type",
+            &format!("is `{kind}`; nnx reads LoRA adapters (`LORA`, DoRA included)"),
+        ));
+    }
+    let file = ["adapter_model.safetensors", "adapter_model.bin"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
+        .ok_or_else(|| {
+            problem(
+                dir,
+                "adapter_model.safetensors",
+                "is missing (nor is there `adapter_model.bin`): PEFT's `save_pretrained` writes it",
+            )
+        })?;
+    let archive = Archive::open(&file)?;
+    let number = |key: &str, default: f64| config.get(key).and_then(Value::as_f64).unwrap_or(default);
+    let flag = |key: &str| config.get(key).and_then(Value::as_bool).unwrap_or(false);
+    let (rank, alpha) = (number("r", 8.0), number("lora_alpha", 8.0));
+    let (rslora, fan_in_fan_out) = (flag("use_rslora"), flag("fan_in_fan_out"));
+
+    // Every entry by module path and role.
+    #[derive(Default)]
+    struct Parts {
+        a: Option<(String, Tensor)>,
+        b: Option<(String, Tensor)>,
+        bias: Option<Tensor>,
+        magnitude: Option<Tensor>,
+        embedding: bool,
+    }
+    let mut parts: BTreeMap<String, Parts> = BTreeMap::new();
+    let mut order = Vec::new();
+    let mut saved = BTreeMap::new();
+    for name in archive.names() {
+        let Some(path) = name.strip_prefix(PEFT_PREFIX) else {
+            return Err(problem(
+                &file,
+                name,
+                &format!(
+                    "does not start with `{PEFT_PREFIX}`, as PEFT names every entry: rename the entries or the adapter would match nothing"
+                ),
+            ));
+        };
+        let tensor = f32_of(archive.try_get(name)?)?;
+        let roles: [(&str, u8); 7] = [
+            (".lora_A.weight", 0),
+            (".lora_B.weight", 1),
+            (".lora_B.bias", 2),
+            (".lora_embedding_A", 3),
+            (".lora_embedding_B", 4),
+            (".lora_magnitude_vector.weight", 5),
+            (".lora_magnitude_vector", 5),
+        ];
+        let Some((stem, role)) =
+            roles.iter().find_map(|&(suffix, role)| path.strip_suffix(suffix).map(|stem| (stem, role)))
+        else {
+            // A whole module (`modules_to_save`) under its own name; PEFT also saves the weight
+            // of an adapted embedding as `<path>.base_layer.weight`.
+            let path = path.replace(".base_layer.", ".");
+            saved.insert(path, tensor);
+            continue;
+        };
+        if !parts.contains_key(stem) {
+            order.push(stem.to_string());
+        }
+        let entry = parts.entry(stem.to_string()).or_default();
+        match role {
+            0 | 3 => entry.a = Some((name.to_string(), tensor)),
+            1 | 4 => entry.b = Some((name.to_string(), tensor)),
+            2 => entry.bias = Some(tensor),
+            _ => entry.magnitude = Some(tensor),
+        }
+        entry.embedding |= role == 3 || role == 4;
+    }
+    let mut modules = Vec::with_capacity(order.len());
+    for stem in order {
+        let parts = parts.remove(&stem).expect("every stem has parts");
+        let (Some((a_name, a)), Some((b_name, b))) = (parts.a, parts.b) else {
+            return Err(problem(&file, &stem, "has only one of `lora_A` and `lora_B`: the file is incomplete"));
+        };
+        let r = a.shape().first().copied().unwrap_or(0);
+        if a.rank() != 2 || b.rank() != 2 || b.shape()[1] != r || r == 0 {
+            return Err(problem(
+                &file,
+                &b_name,
+                &format!(
+                    "is {:?} beside `{a_name}` {:?}: expected `A` [r, in] and `B` [out, r] of the same rank r",
+                    b.shape(),
+                    a.shape()
+                ),
+            ));
+        }
+        let configured = pattern_value(config.get("rank_pattern"), &stem).unwrap_or(rank);
+        if configured as usize != r {
+            return Err(problem(
+                &file,
+                &a_name,
+                &format!(
+                    "has rank {r}, but the config gives this module r = {configured}: the config does not belong to these weights"
+                ),
+            ));
+        }
+        let alpha = pattern_value(config.get("alpha_pattern"), &stem).unwrap_or(alpha);
+        let scale = if rslora { alpha / (r as f64).sqrt() } else { alpha / r as f64 } as f32;
+        let kind = if parts.embedding { LoraKind::Embedding } else { LoraKind::Linear };
+        modules.push(LoraModule {
+            source: stem,
+            kind,
+            a,
+            b,
+            scale,
+            fan_in_fan_out: fan_in_fan_out && kind == LoraKind::Linear,
+            magnitude: parts.magnitude,
+            bias: parts.bias,
+        });
+    }
+    Ok(Adapter { path: dir.to_path_buf(), format: AdapterFormat::Peft, modules, saved, config })
+}
+
+/// An MLX-LM folder.
+fn read_mlx(dir: &Path, config: Value) -> Result<Adapter> {
+    let config_path = dir.join("adapter_config.json");
+    if let Some(kind) = config.get("fine_tune_type").and_then(Value::as_str)
+        && kind != "lora"
+    {
+        return Err(problem(
+            &config_path,
+            "fine_tune_type",
+            &format!("is `{kind}`; nnx reads MLX-LM's `lora` adapters (fuse a `{kind}` one with mlx_lm first)"),
+        ));
+    }
+    let scale = config["lora_parameters"].get("scale").and_then(Value::as_f64).unwrap_or(20.0) as f32;
+    let file = dir.join("adapters.safetensors");
+    let archive = Archive::open(&file)?;
+    let mut stems: Vec<&str> = archive.names().filter_map(|name| name.strip_suffix(".lora_a")).collect();
+    stems.sort_unstable();
+    for name in archive.names() {
+        if !name.ends_with(".lora_a") && !name.ends_with(".lora_b") {
+            return Err(problem(
+                &file,
+                name,
+                "is not a LoRA factor (`.lora_a` or `.lora_b`): nnx reads MLX-LM's LoRA layers",
+            ));
+        }
+    }
+    let mut modules = Vec::with_capacity(stems.len());
+    for stem in stems {
+        let a_name = format!("{stem}.lora_a");
+        let b_name = format!("{stem}.lora_b");
+        if !archive.contains(&b_name) {
+            return Err(problem(&file, &a_name, &format!("has no `{b_name}` beside it: the file is incomplete")));
+        }
+        // MLX keeps `x @ lora_a @ lora_b`: `lora_a` [in, r], `lora_b` [r, out].
+        let a = f32_of(archive.try_get(&a_name)?)?;
+        let b = f32_of(archive.try_get(&b_name)?)?;
+        if a.rank() != 2 || b.rank() != 2 || a.shape()[1] != b.shape()[0] {
+            return Err(problem(
+                &file,
+                &b_name,
+                &format!("is {:?} beside `{a_name}` {:?}: expected [in, r] and [r, out]", b.shape(), a.shape()),
+            ));
+        }
+        modules.push(LoraModule {
+            source: stem.to_string(),
+            kind: LoraKind::Linear,
+            a: a.transpose(0, 1)?.contiguous(),
+            b: b.transpose(0, 1)?.contiguous(),
+            scale,
+            fan_in_fan_out: false,
+            magnitude: None,
+            bias: None,
+        });
+    }
+    Ok(Adapter { path: dir.to_path_buf(), format: AdapterFormat::Mlx, modules, saved: BTreeMap::new(), config })
+}
+
+/// A GGUF LoRA file.
+fn read_gguf(path: &Path) -> Result<Adapter> {
+    let archive = Archive::open(path)?;
+    let metadata = archive
+        .gguf_metadata()
+        .ok_or_else(|| problem(path, "", "is not a GGUF file: a GGUF LoRA holds `adapter.type = lora`"))?;
+    match metadata.str("adapter.type") {
+        Some("lora") => {}
+        found => {
+            return Err(problem(
+                path,
+                "adapter.type",
+                &format!(
+                    "is {found:?}, expected \"lora\": convert the adapter with llama.cpp's `convert_lora_to_gguf.py`"
+                ),
+            ));
+        }
+    }
+    let alpha = metadata.f64("adapter.lora.alpha").unwrap_or(0.0);
+    let mut config = serde_json::Map::new();
+    for (key, value) in metadata.iter().filter(|(key, _)| key.starts_with("adapter.") || key.starts_with("general.")) {
+        let value = value.as_f64().map(Value::from).or_else(|| value.as_str().map(Value::from)).unwrap_or(Value::Null);
+        config.insert(key.to_string(), value);
+    }
+    let mut stems: Vec<&str> = archive.names().filter_map(|name| name.strip_suffix(".weight.lora_a")).collect();
+    stems.sort_unstable();
+    let mut modules = Vec::with_capacity(stems.len());
+    for stem in stems {
+        let a_name = format!("{stem}.weight.lora_a");
+        let b_name = format!("{stem}.weight.lora_b");
+        if !archive.contains(&b_name) {
+            return Err(problem(path, &a_name, &format!("has no `{b_name}` beside it: the file is incomplete")));
+        }
+        let a = f32_of(archive.ggml(&a_name)?.dequantize()?)?;
+        let b = f32_of(archive.ggml(&b_name)?.dequantize()?)?;
+        let r = a.shape().first().copied().unwrap_or(0);
+        if a.rank() != 2 || b.rank() != 2 || b.shape()[1] != r || r == 0 {
+            return Err(problem(
+                path,
+                &b_name,
+                &format!("is {:?} beside `{a_name}` {:?}: expected [r, in] and [out, r]", b.shape(), a.shape()),
+            ));
+        }
+        // llama.cpp scales by alpha / r, or by 1 when the file gives no alpha.
+        let scale = if alpha == 0.0 { 1.0 } else { (alpha / r as f64) as f32 };
+        modules.push(LoraModule {
+            source: stem.to_string(),
+            kind: LoraKind::Linear,
+            a,
+            b,
+            scale,
+            fan_in_fan_out: false,
+            magnitude: None,
+            bias: None,
+        });
+    }
+    for name in archive.names() {
+        if !name.ends_with(".lora_a") && !name.ends_with(".lora_b") {
+            return Err(problem(path, name, "is not a LoRA factor (`.lora_a` or `.lora_b`)"));
+        }
+    }
+    Ok(Adapter {
+        path: path.to_path_buf(),
+        format: AdapterFormat::Gguf,
+        modules,
+        saved: BTreeMap::new(),
+        config: Value::Object(config),
+    })
+}

@@ -1,0 +1,366 @@
+//! LoRA adapters made by PEFT 0.21, MLX-LM and llama.cpp's converter (`tests/fixtures/lora/`,
+//! made by `scripts/lora/make_goldens.sh`) merged into nnx's Llama and GPT-2: merged weights
+//! against the references' own merges, logits against theirs, strict reports and errors.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use nnx::adapter::{Adapter, AdapterFormat, AdapterProblem, LoraKind};
+use nnx::models::gpt2::{Gpt2, Gpt2Config};
+use nnx::models::llama::{Llama, LlamaConfig};
+use nnx::nn::Init;
+use nnx::{Archive, DType, ImportOp, Naming, Tensor};
+use serde_json::Value;
+
+use crate::util::{fixtures, max_abs_diff};
+
+fn case(name: &str) -> PathBuf {
+    fixtures().join("lora").join(name)
+}
+
+fn expected(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(case(name).join("expected.json")).unwrap()).unwrap()
+}
+
+fn floats(value: &Value) -> Vec<f32> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.as_array().unwrap())
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    value.as_array().unwrap().iter().map(|id| id.as_u64().unwrap() as u32).collect()
+}
+
+/// The llama3 fixture's folder in f32 (the base the PEFT goldens were merged into).
+fn llama() -> Llama {
+    let dir = fixtures().join("models").join("llama3");
+    let mut model = Llama::new(&LlamaConfig::from_file(dir.join("config.json")).unwrap(), DType::F32, Init::Meta);
+    Archive::open(dir.join("model.safetensors")).unwrap().import_into(&mut model, "").unwrap();
+    model
+}
+
+fn gpt2() -> Gpt2 {
+    let dir = fixtures().join("gpt2-tiny");
+    let mut model = Gpt2::new(&Gpt2Config::from_file(dir.join("config.json")).unwrap(), DType::F32, Init::Meta);
+    Archive::open(dir.join("model.safetensors")).unwrap().import_into(&mut model, "").unwrap();
+    model
+}
+
+/// `tensor` read the way a model reads its source entry through `ops`.
+fn through(tensor: &Tensor, ops: &[ImportOp]) -> Tensor {
+    let mut tensor = tensor.clone();
+    for op in ops {
+        tensor = match op {
+            ImportOp::Split(split) => {
+                let axis = if split.axis < 0 { tensor.rank() as isize + split.axis } else { split.axis } as usize;
+                let piece = tensor.shape()[axis] / split.parts;
+                tensor.narrow(axis, split.index * piece, piece).unwrap()
+            }
+            ImportOp::Transpose if tensor.rank() == 2 => tensor.transpose(0, 1).unwrap(),
+            _ => tensor,
+        };
+    }
+    tensor.contiguous()
+}
+
+/// Every tensor of `merged.safetensors` (source names) against what `model` holds for it;
+/// returns how many model tensors were compared.
+fn assert_merged_weights<M: nnx::Module>(model: &M, name: &str, tolerance: f32) -> usize {
+    let golden = Archive::open(case(name).join("merged.safetensors")).unwrap();
+    let mut held: HashMap<String, Vec<(Vec<ImportOp>, Tensor)>> = HashMap::new();
+    nnx::for_each_entry_named(model, Naming::Transformers, |slot, tensor| {
+        if slot.tie.is_none() {
+            held.entry(slot.source.to_string()).or_default().push((slot.ops.to_vec(), tensor.clone()));
+        }
+    });
+    let mut compared = 0;
+    for entry in golden.names() {
+        let targets = held.get(entry).unwrap_or_else(|| panic!("{name}: no model tensor reads `{entry}`"));
+        let reference = golden.try_get(entry).unwrap();
+        for (ops, tensor) in targets {
+            let expected = through(&reference, ops).to_vec::<f32>().unwrap();
+            let ours = tensor.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+            let diff = max_abs_diff(&ours, &expected, entry);
+            assert!(diff <= tolerance, "{name}: `{entry}` differs from the reference merge by {diff}");
+            compared += 1;
+        }
+    }
+    compared
+}
+
+#[test]
+fn peft_llama_adapters_merge_as_peft_merges_them() {
+    for name in ["llama-lora", "llama-rslora", "llama-dora", "llama-embed"] {
+        let reference = expected(name);
+        let adapter = Adapter::open(case(name)).unwrap();
+        assert_eq!(adapter.format, AdapterFormat::Peft);
+        // Scales from `r`, `lora_alpha`, rsLoRA and the rank and alpha patterns, as PEFT used.
+        for module in &adapter.modules {
+            let scale = reference["scaling"][&module.source].as_f64().unwrap() as f32;
+            assert!((module.scale - scale).abs() <= 1e-6 * scale, "{name}: {} scale {}", module.source, module.scale);
+        }
+        let mut model = llama();
+        let before = model.clone();
+        let merged = adapter.merge_into(&mut model).unwrap();
+        assert!(merged.report.problems.is_empty());
+        let compared = assert_merged_weights(&model, name, 2e-6);
+        let mut changed: Vec<&String> = merged.report.matched.iter().chain(&merged.report.replaced).collect();
+        changed.sort();
+        changed.dedup();
+        assert_eq!(compared, changed.len(), "{name}");
+
+        let ids = ids(&reference["ids"]);
+        let logits = model.forward(&ids).unwrap().to_vec::<f32>().unwrap();
+        let diff = max_abs_diff(&logits, &floats(&reference["logits_merged"]), name);
+        assert!(diff < 1e-4, "{name}: merged logits differ from PEFT's by {diff}");
+        let diff = max_abs_diff(&logits, &floats(&reference["logits_unmerged"]), name);
+        assert!(diff < 1e-4, "{name}: merged logits differ from PEFT's unmerged forward by {diff}");
+
+        // Unmerging puts back the very tensors the model had.
+        merged.unmerge(&mut model);
+        nnx::for_each_entry(&model, |slot, tensor| {
+            let mut original = None;
+            nnx::for_each_entry(&before, |other, value| {
+                if other.name == slot.name {
+                    original = Some(value.to_bytes().unwrap().into_owned());
+                }
+            });
+            assert_eq!(tensor.to_bytes().unwrap().into_owned(), original.unwrap(), "{name}: {}", slot.name);
+        });
+    }
+}
+
+#[test]
+fn peft_features_are_read_from_the_files() {
+    let rslora = Adapter::open(case("llama-rslora")).unwrap();
+    // A regex `target_modules`, one match excluded, rank 8 and alpha 16.0 under rsLoRA.
+    assert_eq!(rslora.modules.len(), 5);
+    assert!(rslora.modules.iter().all(|module| (module.scale - 16.0 / 8f32.sqrt()).abs() < 1e-6));
+    assert!(!rslora.modules.iter().any(|module| module.source == "model.layers.1.mlp.down_proj"));
+    let patterns = Adapter::open(case("llama-patterns")).unwrap();
+    assert_eq!(patterns.ranks(), (2, 4));
+    assert!(patterns.modules.iter().all(|module| module.bias.is_some()), "lora_bias");
+    let dora = Adapter::open(case("llama-dora")).unwrap();
+    for module in &dora.modules {
+        // One magnitude per output row: 64 for q and o, 32 for v (2 key/value heads of 16).
+        let rows = module.b.shape()[0];
+        assert_eq!(module.magnitude.as_ref().map(|m| m.shape().to_vec()), Some(vec![rows]), "{}", module.source);
+    }
+    let embed = Adapter::open(case("llama-embed")).unwrap();
+    let table = embed.modules.iter().find(|module| module.source == "model.embed_tokens").unwrap();
+    assert_eq!((table.kind, table.a.shape(), table.b.shape()), (LoraKind::Embedding, &[4, 320][..], &[64, 4][..]));
+    assert_eq!(embed.saved.keys().collect::<Vec<_>>(), ["lm_head.weight", "model.embed_tokens.weight"]);
+    let gpt2 = Adapter::open(case("gpt2-conv1d")).unwrap();
+    assert!(gpt2.modules.iter().all(|module| module.fan_in_fan_out));
+}
+
+/// The llama3 fixture's weights as f32 entries under their own names.
+fn llama_f32_archive() -> Archive {
+    let source = Archive::open(fixtures().join("models").join("llama3").join("model.safetensors")).unwrap();
+    let mut archive = Archive::new();
+    for name in source.names() {
+        let shape = source.info(name).unwrap().shape;
+        archive.insert(name, source.float(name, DType::F32, &shape).unwrap());
+    }
+    archive
+}
+
+#[test]
+fn trained_biases_are_added_to_the_files_and_refused_by_a_model_without_biases() {
+    // `lora_bias` on Llama's bias-free MLP: PEFT's merge gives the layers biases, and so does
+    // merging into the files; nnx's Llama has no bias there, so merging into it is refused.
+    let name = "llama-patterns";
+    let adapter = Adapter::open(case(name)).unwrap();
+    let merged = adapter.merge_archive(&llama_f32_archive()).unwrap();
+    let golden = Archive::open(case(name).join("merged.safetensors")).unwrap();
+    for entry in golden.names() {
+        let ours = merged.try_get(entry).unwrap().to_vec::<f32>().unwrap();
+        let diff = max_abs_diff(&ours, &golden.try_get(entry).unwrap().to_vec::<f32>().unwrap(), entry);
+        assert!(diff <= 2e-6, "`{entry}` differs from PEFT's merge by {diff}");
+    }
+    let report = adapter.check(&llama());
+    assert_eq!(report.problems.len(), 6, "{:?}", report.problems);
+    assert!(report.problems.iter().all(|problem| problem.to_string().contains("trained a bias")));
+    assert_eq!(report.matched.len(), 6, "the weights fit");
+}
+
+#[test]
+fn a_conv1d_adapter_lands_on_the_split_and_transposed_fields() {
+    let name = "gpt2-conv1d";
+    let reference = expected(name);
+    let adapter = Adapter::open(case(name)).unwrap();
+    let mut model = gpt2();
+    let merged = adapter.merge_into(&mut model).unwrap();
+    // c_attn feeds q, k and v: one module, three model tensors per layer.
+    assert!(merged.report.matched.iter().any(|name| name == "h.0.attn.k.weight"), "{:?}", merged.report.matched);
+    assert_merged_weights(&model, name, 2e-6);
+    let logits = model.forward(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&logits, &floats(&reference["logits_merged"]), name);
+    assert!(diff < 1e-4, "GPT-2 merged logits differ from PEFT's by {diff}");
+}
+
+#[test]
+fn mlx_adapters_merge_as_mlx_lm_fuses_them() {
+    let name = "mlx-lora";
+    let reference = expected(name);
+    let adapter = Adapter::open(case(name)).unwrap();
+    assert_eq!(adapter.format, AdapterFormat::Mlx);
+    assert!(adapter.modules.iter().all(|module| module.scale == 20.0 && module.rank() == 4));
+    let mut model = llama();
+    adapter.merge_into(&mut model).unwrap();
+    assert_merged_weights(&model, name, 2e-6);
+    let logits = model.forward(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&logits, &floats(&reference["logits_merged_transformers"]), name);
+    assert!(diff < 1e-4, "MLX merged logits differ by {diff}");
+}
+
+#[test]
+fn gguf_adapters_merge_into_the_gguf_base_as_peft_merges_the_same_factors() {
+    // llama.cpp's converter made this file from `llama-lora`'s PEFT adapter.
+    let adapter = Adapter::open(case("gguf-lora").join("adapter.gguf")).unwrap();
+    assert_eq!(adapter.format, AdapterFormat::Gguf);
+    assert_eq!(adapter.modules.len(), 14);
+    assert!(adapter.modules.iter().all(|module| module.scale == 2.0));
+    let base = Archive::open(fixtures().join("models").join("llama3").join("model-f32.gguf")).unwrap();
+    let merged = adapter.merge_archive(&base).unwrap();
+    // The merged file imports like any GGUF Llama (q and k rows put back in transformers' order).
+    let dir = fixtures().join("models").join("llama3");
+    let mut model = Llama::new(&LlamaConfig::from_file(dir.join("config.json")).unwrap(), DType::F32, Init::Meta);
+    merged.import_into_with(&mut model, "", &nnx::ImportOptions::default().with_naming(Naming::Gguf)).unwrap();
+    assert_merged_weights(&model, "llama-lora", 2e-6);
+    let reference = expected("llama-lora");
+    let logits = model.forward(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&logits, &floats(&reference["logits_merged"]), "gguf");
+    assert!(diff < 1e-4, "GGUF-merged logits differ from PEFT's by {diff}");
+}
+
+#[test]
+fn an_adapter_for_another_model_is_refused_whole_with_every_problem_named() {
+    // A Llama adapter on GPT-2: nothing matches, and nothing changes.
+    let adapter = Adapter::open(case("llama-lora")).unwrap();
+    let mut model = gpt2();
+    let before = model.h[0].attn.q.weight.to_vec::<f32>().unwrap();
+    let report = adapter.check(&model);
+    assert_eq!(report.problems.len(), 14);
+    assert!(report.matched.is_empty());
+    let error = adapter.merge_into(&mut model).unwrap_err().to_string();
+    assert!(
+        error.contains("does not fit `Gpt2`")
+            && error.contains("model.layers.0.self_attn.q_proj.weight` has no target"),
+        "{error}"
+    );
+    assert_eq!(model.h[0].attn.q.weight.to_vec::<f32>().unwrap(), before);
+
+    // A near-miss name is suggested; a shape that does not fit is named with both shapes.
+    let mut wide = llama();
+    wide.layers[1].attn.o.weight = Tensor::zeros(DType::F32, &[64, 32]);
+    let report = adapter.check(&wide);
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert_eq!(
+        report.problems[0],
+        AdapterProblem::Shape {
+            module: "model.layers.1.self_attn.o_proj.weight".into(),
+            target: "layers.1.attn.o.weight".into(),
+            expected: vec![64, 32],
+            found: vec![64, 64],
+        }
+    );
+}
+
+#[test]
+fn peft_files_with_another_prefix_are_refused_by_name() {
+    // PEFT's own merge silently does nothing for such keys; nnx names the entry.
+    let dir = crate::util::scratch();
+    std::fs::copy(case("llama-lora").join("adapter_config.json"), dir.path().join("adapter_config.json")).unwrap();
+    let source = Archive::open(case("llama-lora").join("adapter_model.safetensors")).unwrap();
+    let mut renamed = Archive::new();
+    for name in source.names() {
+        renamed.insert(name.replace("base_model.model.", "base_model.model.model."), source.try_get(name).unwrap());
+    }
+    renamed.save(dir.path().join("adapter_model.safetensors")).unwrap();
+    let adapter = Adapter::open(dir.path()).unwrap();
+    let error = adapter.merge_into(&mut llama()).unwrap_err().to_string();
+    assert!(error.contains("model.model.layers.0.self_attn.q_proj.weight` has no target"), "{error}");
+
+    let mut unprefixed = Archive::new();
+    for name in source.names() {
+        unprefixed.insert(name.trim_start_matches("base_model.model."), source.try_get(name).unwrap());
+    }
+    unprefixed.save(dir.path().join("adapter_model.safetensors")).unwrap();
+    let error = Adapter::open(dir.path()).unwrap_err().to_string();
+    assert!(error.contains("does not start with `base_model.model.`"), "{error}");
+}
+
+#[test]
+fn nnx_lora_merge_writes_a_folder_that_loads_as_the_merged_model() {
+    let dir = crate::util::scratch();
+    let out = dir.path().join("merged");
+    let status = std::process::Command::new(crate::util::nnx_binary())
+        .args(["lora", "merge"])
+        .arg(fixtures().join("models").join("llama3"))
+        .arg(case("llama-lora"))
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    assert!(out.join("config.json").is_file() && out.join("tokenizer.json").is_file());
+    let loaded = nnx::models::load(out.to_str().unwrap()).unwrap();
+    let reference = expected("llama-lora");
+    let logits = loaded.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    // The folder keeps the base's BF16: the merged weights are rounded to it.
+    let diff = max_abs_diff(&logits, &floats(&reference["logits_merged"]), "merged folder");
+    assert!(diff < 0.1, "the merged folder's logits differ from PEFT's f32 merge by {diff}");
+
+    let inspect = std::process::Command::new(crate::util::nnx_binary())
+        .args(["lora", "inspect"])
+        .arg(case("llama-patterns"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&inspect.stdout);
+    assert!(text.contains("format   PEFT") && text.contains("rank     2-4") && text.contains("bias"), "{text}");
+}
+
+#[test]
+fn adapters_save_in_peft_layout_and_read_back_the_same() {
+    let dir = crate::util::scratch();
+    // MLX-LM's factors as a PEFT adapter: merged, they are still mlx_lm's fuse.
+    let mlx = Adapter::open(case("mlx-lora")).unwrap();
+    mlx.save_peft(dir.path().join("from-mlx")).unwrap();
+    let peft = Adapter::open(dir.path().join("from-mlx")).unwrap();
+    assert_eq!(peft.format, AdapterFormat::Peft);
+    let mut model = llama();
+    peft.merge_into(&mut model).unwrap();
+    assert_merged_weights(&model, "mlx-lora", 2e-6);
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("from-mlx/adapter_config.json")).unwrap())
+            .unwrap();
+    assert_eq!((config["r"].as_u64(), config["lora_alpha"].as_f64()), (Some(4), Some(80.0)));
+    assert_eq!(config["target_modules"], serde_json::json!(["down_proj", "q_proj", "v_proj"]));
+
+    // Ranks, scales, biases, DoRA magnitudes and saved modules all come back.
+    for name in ["llama-patterns", "llama-dora", "llama-embed", "gpt2-conv1d"] {
+        let original = Adapter::open(case(name)).unwrap();
+        original.save_peft(dir.path().join(name)).unwrap();
+        let again = Adapter::open(dir.path().join(name)).unwrap();
+        assert_eq!(again.modules.len(), original.modules.len(), "{name}");
+        for (a, b) in original.modules.iter().zip(&again.modules) {
+            assert_eq!(
+                (&a.source, a.kind, a.rank(), a.fan_in_fan_out),
+                (&b.source, b.kind, b.rank(), b.fan_in_fan_out)
+            );
+            assert!((a.scale - b.scale).abs() <= 1e-6 * a.scale, "{name} {}: {} vs {}", a.source, a.scale, b.scale);
+            assert_eq!(a.delta().unwrap().to_vec::<f32>().unwrap(), b.delta().unwrap().to_vec::<f32>().unwrap());
+            assert_eq!(a.magnitude.is_some(), b.magnitude.is_some());
+            assert_eq!(a.bias.is_some(), b.bias.is_some());
+        }
+        assert_eq!(again.saved.keys().collect::<Vec<_>>(), original.saved.keys().collect::<Vec<_>>(), "{name}");
+    }
+    let gguf = Adapter::open(case("gguf-lora").join("adapter.gguf")).unwrap();
+    let error = gguf.save_peft(dir.path().join("gguf")).unwrap_err().to_string();
+    assert!(error.contains("llama.cpp's tensor names"), "{error}");
+}
