@@ -60,12 +60,35 @@ pub struct Args {
     /// and `decode_tokens_per_s`.
     #[arg(long)]
     json: bool,
+    /// A LoRA adapter (PEFT or MLX-LM folder, GGUF LoRA file) merged into the model's float
+    /// weights before it runs, with an optional multiplier of its scale (`adapter/:0.5`);
+    /// repeat it for several, merged in turn.
+    #[arg(long, value_name = "ADAPTER[:SCALE]")]
+    lora: Vec<String>,
+}
+
+/// The adapters of `--lora`, each with its multiplier (1 unless `:SCALE` ends the argument).
+fn adapters(args: &Args) -> Result<Vec<(nnx::adapter::Adapter, f32)>, CliError> {
+    args.lora
+        .iter()
+        .map(|spec| {
+            let (path, scale) = match spec.rsplit_once(':') {
+                Some((path, scale)) if scale.parse::<f32>().is_ok() => (path, scale.parse::<f32>().unwrap_or(1.0)),
+                _ => (spec.as_str(), 1.0),
+            };
+            if !scale.is_finite() {
+                return Err(CliError(format!("`--lora {spec}`: the scale must be a finite number")));
+            }
+            Ok((nnx::adapter::Adapter::open(path)?, scale))
+        })
+        .collect()
 }
 
 /// Loads the model on the chosen device and generates.
 pub fn run(args: Args) -> Result<String, CliError> {
     match args.device {
-        DeviceChoice::Cpu => generate(&nnx::models::load(&args.model)?, &args),
+        DeviceChoice::Cpu if args.lora.is_empty() => generate(&nnx::models::load(&args.model)?, &args),
+        DeviceChoice::Cpu => generate(&nnx::models::load_with_adapters(&args.model, &adapters(&args)?)?, &args),
         DeviceChoice::Gpu => run_on_gpu(&args),
     }
 }
@@ -76,7 +99,10 @@ fn run_on_gpu(args: &Args) -> Result<String, CliError> {
     let index = std::env::var("NNX_GPU").ok().and_then(|index| index.parse().ok()).unwrap_or(0);
     let gpu = nnx::Gpu::open(index)
         .map_err(|error| CliError(format!("`--device gpu`: {error}; run on the CPU with `--device cpu`")))?;
-    generate(&nnx::models::load_on(&args.model, &gpu)?, args)
+    if args.lora.is_empty() {
+        return generate(&nnx::models::load_on(&args.model, &gpu)?, args);
+    }
+    generate(&nnx::models::load_on_with_adapters(&args.model, &gpu, &adapters(args)?)?, args)
 }
 
 /// Without the `gpu` feature: the error that says so.

@@ -257,6 +257,16 @@ impl Adapter {
         archive.save(dir.join("adapter_model.safetensors"))
     }
 
+    /// This adapter with every module's scale multiplied by `factor` (`--lora ADAPTER:SCALE`;
+    /// 0 leaves the base as it is, 2 doubles the change).
+    pub fn scaled(&self, factor: f32) -> Adapter {
+        let mut scaled = self.clone();
+        for module in &mut scaled.modules {
+            module.scale *= factor;
+        }
+        scaled
+    }
+
     /// The ranks of the modules, smallest and largest.
     pub fn ranks(&self) -> (usize, usize) {
         let ranks = self.modules.iter().map(LoraModule::rank);

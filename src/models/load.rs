@@ -85,6 +85,33 @@ pub fn load(source: &str) -> Result<LoadedModel> {
     Files::open(source)?.load_host(&HostTarget)
 }
 
+/// [`load`] with LoRA adapters merged into the weights first, each with its multiplier
+/// (`nnx run --lora ADAPTER:SCALE`): every adapter's modules must find their entries in the
+/// files, with their shapes ([`Adapter::merge_archive`](crate::adapter::Adapter::merge_archive)),
+/// and the merged weights keep the files' dtype.
+///
+/// # Errors
+/// As [`load`]; [`Error::AdapterMismatch`] for an adapter that does not fit the files;
+/// [`Error::Adapter`] for a GGUF file or a quantized folder, whose packed weights are not
+/// merged into here (merge into the float folder with `nnx lora merge`, then quantize).
+pub fn load_with_adapters(source: &str, adapters: &[(crate::adapter::Adapter, f32)]) -> Result<LoadedModel> {
+    Files::open(source)?.merged(adapters)?.load_host(&HostTarget)
+}
+
+/// [`load_with_adapters`] onto a GPU (the adapters merged on the host, the merged weights
+/// uploaded).
+///
+/// # Errors
+/// As [`load_with_adapters`] and [`load_on`].
+#[cfg(feature = "gpu")]
+pub fn load_on_with_adapters(
+    source: &str,
+    gpu: &crate::Gpu,
+    adapters: &[(crate::adapter::Adapter, f32)],
+) -> Result<LoadedModel<crate::Gpu>> {
+    Files::open(source)?.merged(adapters)?.load_gpu(&GpuTarget(gpu.clone()))
+}
+
 /// [`load`] onto a GPU: the model is built there as meta tensors and each weight is uploaded
 /// as it is imported.
 ///
@@ -206,6 +233,26 @@ impl Files {
         let path = crate::hub::local_path(source)?;
         let archive = Archive::open(&path)?;
         Ok(Files { path, archive })
+    }
+
+    /// These files with `adapters` merged into their weights, in turn.
+    fn merged(mut self, adapters: &[(crate::adapter::Adapter, f32)]) -> Result<Files> {
+        for (adapter, scale) in adapters {
+            let packed = self.archive.gguf_metadata().is_some()
+                || self.archive.names().any(|name| name.ends_with(".scales") || name.ends_with(".seeds"));
+            if packed {
+                return Err(Error::Adapter {
+                    path: adapter.path.clone(),
+                    entry: String::new(),
+                    problem: format!(
+                        "cannot be merged into `{}`, whose weights are packed (GGUF blocks or a quantized folder): merge it into the float model with `nnx lora merge`, then quantize or convert the result",
+                        self.path.display()
+                    ),
+                });
+            }
+            self.archive = adapter.scaled(*scale).merge_archive(&self.archive)?;
+        }
+        Ok(self)
     }
 }
 

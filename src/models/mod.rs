@@ -12,10 +12,10 @@ pub mod qwen;
 #[cfg(feature = "text")]
 pub mod sentence;
 
-#[cfg(all(feature = "text", feature = "gpu"))]
-pub use load::load_on;
 #[cfg(feature = "text")]
-pub use load::{LoadedModel, load};
+pub use load::{LoadedModel, load, load_with_adapters};
+#[cfg(all(feature = "text", feature = "gpu"))]
+pub use load::{load_on, load_on_with_adapters};
 
 use std::fmt::Debug;
 use std::path::Path;

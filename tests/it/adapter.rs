@@ -364,3 +364,42 @@ fn adapters_save_in_peft_layout_and_read_back_the_same() {
     let error = gguf.save_peft(dir.path().join("gguf")).unwrap_err().to_string();
     assert!(error.contains("llama.cpp's tensor names"), "{error}");
 }
+
+#[test]
+fn nnx_run_with_lora_runs_the_merged_model() {
+    let dir = crate::util::scratch();
+    let base = fixtures().join("models").join("llama3");
+    let merged = dir.path().join("merged");
+    let nnx = |args: &[&std::ffi::OsStr]| {
+        let output = std::process::Command::new(crate::util::nnx_binary()).args(args).output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let adapter = case("llama-lora");
+    nnx(&["lora".as_ref(), "merge".as_ref(), base.as_os_str(), adapter.as_os_str(), merged.as_os_str()]);
+    let run = |model: &std::path::Path, lora: Option<String>| {
+        let mut args: Vec<std::ffi::OsString> = vec!["run".into(), model.into()];
+        for arg in ["--prompt", "hello", "--max-new-tokens", "6", "--temperature", "0", "--json"] {
+            args.push(arg.into());
+        }
+        if let Some(lora) = lora {
+            args.extend(["--lora".into(), lora.into()]);
+        }
+        let text = nnx(&args.iter().map(|arg| arg.as_os_str()).collect::<Vec<_>>());
+        let value: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        value["generated_ids"].clone()
+    };
+    let with_lora = run(&base, Some(adapter.display().to_string()));
+    assert_eq!(with_lora, run(&merged, None), "--lora runs what `lora merge` writes");
+    assert_ne!(with_lora, run(&base, None), "the adapter changes the text");
+    assert_eq!(run(&base, Some(format!("{}:0", adapter.display()))), run(&base, None), "scale 0 is the base");
+
+    let output = std::process::Command::new(crate::util::nnx_binary())
+        .args(["run", "--prompt", "hi", "--lora"])
+        .arg(&adapter)
+        .arg(base.join("model-q8_0.gguf"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("weights are packed"), "{stderr}");
+}
