@@ -8,6 +8,7 @@ pub mod gpt2;
 pub mod llama;
 #[cfg(feature = "text")]
 mod load;
+pub mod lora;
 pub mod qwen;
 #[cfg(feature = "text")]
 pub mod sentence;

@@ -6,8 +6,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use nnx::adapter::{Adapter, AdapterFormat, AdapterProblem, LoraKind};
+use nnx::models::Dense;
 use nnx::models::gpt2::{Gpt2, Gpt2Config};
 use nnx::models::llama::{Llama, LlamaConfig};
+use nnx::models::lora::{Lora, LoraLayers, Switches};
 use nnx::nn::Init;
 use nnx::{Archive, DType, ImportOp, Naming, Tensor};
 use serde_json::Value;
@@ -402,4 +404,78 @@ fn nnx_run_with_lora_runs_the_merged_model() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && stderr.contains("weights are packed"), "{stderr}");
+}
+
+/// `model` with `adapters` applied at run time (no weight changed), and their switches.
+fn with_runtime_adapters(
+    model: &Llama,
+    adapters: &[&Adapter],
+    stored: bool,
+) -> (Llama<nnx::Host, Lora<Dense>>, Switches) {
+    let layers = LoraLayers::new(model, adapters, stored).unwrap();
+    let wrapped = model.map_weights::<Lora<Dense>>(|path, layer| Ok(layers.layer(path, layer))).unwrap();
+    (wrapped, layers.switches())
+}
+
+#[test]
+fn adapters_applied_at_run_time_give_peft_unmerged_logits_and_switch_exactly() {
+    let base = llama();
+    let ids_of = |name: &str| ids(&expected(name)["ids"]);
+    let base_logits = base.forward(&ids_of("llama-lora")).unwrap().to_vec::<f32>().unwrap();
+    for name in ["llama-lora", "llama-rslora", "llama-patterns", "mlx-lora"] {
+        let adapter = Adapter::open(case(name)).unwrap();
+        let (model, switches) = with_runtime_adapters(&base, &[&adapter], false);
+        let logits = model.forward(&ids_of(name)).unwrap().to_vec::<f32>().unwrap();
+        let key = if name == "mlx-lora" { "logits_merged_transformers" } else { "logits_unmerged" };
+        let diff = max_abs_diff(&logits, &floats(&expected(name)[key]), name);
+        assert!(diff < 1e-4, "{name}: run-time adapter logits differ from the reference by {diff}");
+        // Off is the base exactly: its weights were never touched.
+        switches.set(0, 0.0);
+        if name != "mlx-lora" {
+            let off = model.forward(&ids_of(name)).unwrap().to_vec::<f32>().unwrap();
+            assert_eq!(off, base.forward(&ids_of(name)).unwrap().to_vec::<f32>().unwrap(), "{name} off");
+        }
+    }
+
+    // Two adapters at once, switched without reloading.
+    let (lora, rslora) = (Adapter::open(case("llama-lora")).unwrap(), Adapter::open(case("llama-rslora")).unwrap());
+    let (model, switches) = with_runtime_adapters(&base, &[&lora, &rslora], false);
+    assert_eq!(model.layers[0].attn.q.adapters(), 2);
+    let ids = ids_of("llama-lora");
+    let mut both_merged = base.clone();
+    lora.merge_into(&mut both_merged).unwrap();
+    rslora.merge_into(&mut both_merged).unwrap();
+    let both = model.forward(&ids).unwrap().to_vec::<f32>().unwrap();
+    let merged = both_merged.forward(&ids).unwrap().to_vec::<f32>().unwrap();
+    assert!(max_abs_diff(&both, &merged, "both") < 1e-4);
+    switches.set(1, 0.0);
+    let first = model.forward(&ids).unwrap().to_vec::<f32>().unwrap();
+    assert!(max_abs_diff(&first, &floats(&expected("llama-lora")["logits_unmerged"]), "first") < 1e-4);
+    switches.set(0, 0.0);
+    assert_eq!(model.forward(&ids).unwrap().to_vec::<f32>().unwrap(), base_logits, "both off");
+    assert_eq!(switches.get(), [0.0, 0.0]);
+
+    // DoRA and embedding factors only merge: attaching them is refused by name.
+    let error = LoraLayers::new(&base, &[&Adapter::open(case("llama-dora")).unwrap()], false).unwrap_err().to_string();
+    assert!(error.contains("DoRA") && error.contains("merge it instead"), "{error}");
+}
+
+#[test]
+fn a_gguf_adapter_runs_on_a_model_that_keeps_the_gguf_rows() {
+    // The GGUF base and adapter both hold q and k in llama.cpp's rotary order: a model that
+    // keeps that order (as the loader's GGUF Llama does) takes the factors as they are.
+    let dir = fixtures().join("models").join("llama3");
+    let mut model = Llama::new(&LlamaConfig::from_file(dir.join("config.json")).unwrap(), DType::F32, Init::Meta);
+    model.stored_rope_rows = true;
+    let options = nnx::ImportOptions::default().with_stored_rope_rows();
+    Archive::open(dir.join("model-f32.gguf")).unwrap().import_into_with(&mut model, "", &options).unwrap();
+    let adapter = Adapter::open(case("gguf-lora").join("adapter.gguf")).unwrap();
+    let (wrapped, _) = with_runtime_adapters(&model, &[&adapter], true);
+    let reference = expected("llama-lora");
+    let logits = wrapped.forward(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&logits, &floats(&reference["logits_unmerged"]), "gguf run time");
+    assert!(diff < 1e-4, "a GGUF adapter on the GGUF model differs from PEFT by {diff}");
+    // The same model without that promise is refused: its rows would be reordered.
+    let error = LoraLayers::new(&model, &[&adapter], false).unwrap_err().to_string();
+    assert!(error.contains("rotary order"), "{error}");
 }
