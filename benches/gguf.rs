@@ -12,6 +12,8 @@
 
 #[allow(dead_code)]
 mod common;
+
+use common::values;
 #[path = "gguf/open.rs"]
 mod open;
 
@@ -30,19 +32,6 @@ const SHAPES: [(usize, usize); 2] = [(4096, 4096), (11008, 4096)];
 
 /// The block types measured.
 const TYPES: [GgmlType; 5] = [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
-
-/// Deterministic values in `[-0.02, 0.02)`.
-fn values(count: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.04
-        })
-        .collect()
-}
 
 /// `rows` rows of `cols` values of `ty`: pseudo-random bytes (the time a product takes does
 /// not depend on the values) with finite, normal f16 scales.

@@ -11,6 +11,8 @@
 #[allow(dead_code)]
 mod common;
 
+use common::values;
+
 use std::hint::black_box;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -22,18 +24,6 @@ use nnx::{DType, Tensor};
 const SIZE: usize = 4096;
 /// Timed runs per step.
 const RUNS: usize = 7;
-
-fn values(count: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.04
-        })
-        .collect()
-}
 
 fn median(mut run: impl FnMut()) -> Duration {
     run();

@@ -20,6 +20,21 @@ pub fn python() -> PathBuf {
     if venv.exists() { venv } else { PathBuf::from("python3") }
 }
 
+/// Deterministic values in `[-0.02, 0.02)` (a xorshift generator seeded by `seed`): weights of
+/// the scale of a trained model's, the same in every run.
+#[allow(dead_code)]
+pub fn values(count: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.04
+        })
+        .collect()
+}
+
 /// The threads of the rayon pool that nnx's kernels run on.
 pub fn rayon_threads() -> usize {
     rayon::current_num_threads()
