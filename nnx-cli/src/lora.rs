@@ -5,8 +5,12 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use nnx::Archive;
 use nnx::adapter::{Adapter, AdapterFormat, LoraKind};
+use nnx::models::gemma3::{Gemma3, Gemma3Config};
+use nnx::models::llama::{Llama, LlamaConfig};
+use nnx::models::qwen::{Qwen, QwenConfig};
+use nnx::nn::Init;
+use nnx::{Archive, DType};
 
 use crate::common::CliError;
 
@@ -34,10 +38,12 @@ enum Command {
         out: PathBuf,
     },
     /// Write the base model with the adapter merged into its weights, in the base's layout:
-    /// a model folder gives a folder (its other files copied), a `.safetensors` file a file.
+    /// a model folder gives a folder (its other files copied), a `.safetensors` file a file,
+    /// a GGUF file a GGUF file (each merged tensor encoded again in its own type; a PEFT or
+    /// MLX-LM adapter renamed to llama.cpp's names first).
     Merge {
-        /// The base model: a transformers folder or a SafeTensors file, named as the adapter
-        /// names its modules.
+        /// The base model: a transformers folder, a SafeTensors file, or a GGUF file of Llama,
+        /// Qwen2/3 or Gemma 3.
         base: PathBuf,
         /// The adapter (as for `inspect`).
         adapter: PathBuf,
@@ -114,11 +120,41 @@ fn merge(base: &Path, adapter: &Adapter, out: &Path) -> Result<String, CliError>
         return Err(CliError(format!("`{}` exists: name a new path for the merged model", out.display())));
     }
     let archive = Archive::open(base)?;
-    if archive.gguf_metadata().is_some() {
-        return Err(CliError(format!(
-            "`{}` is a GGUF file: merge into its transformers folder or SafeTensors file, then convert with `nnx convert`",
-            base.display()
-        )));
+    if let Some(metadata) = archive.gguf_metadata() {
+        // Renamed to llama.cpp's names through the architecture's own mapping, then merged
+        // tensor by tensor in each tensor's type.
+        let adapter = if adapter.format == AdapterFormat::Gguf {
+            adapter.clone()
+        } else {
+            let tied = !archive.contains("output.weight");
+            match metadata.architecture().unwrap_or_default() {
+                "llama" => {
+                    let model = Llama::new(&LlamaConfig::from_gguf(metadata, tied)?, DType::F32, Init::Meta);
+                    adapter.renamed_for_gguf(&model, metadata)?
+                }
+                "qwen2" | "qwen3" => {
+                    let model = Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, Init::Meta);
+                    adapter.renamed_for_gguf(&model, metadata)?
+                }
+                "gemma3" => {
+                    let model = Gemma3::new(&Gemma3Config::from_gguf(metadata, tied)?, DType::F32, Init::Meta);
+                    adapter.renamed_for_gguf(&model, metadata)?
+                }
+                other => {
+                    return Err(CliError(format!(
+                        "`{}` is a GGUF file of `{}`, whose names nnx cannot map from the adapter's: give a GGUF adapter (llama.cpp's `convert_lora_to_gguf.py`)",
+                        base.display(),
+                        nnx::text::printable(other)
+                    )));
+                }
+            }
+        };
+        adapter.merge_gguf(&archive)?.write(out)?;
+        return Ok(format!(
+            "merged {} modules into `{}` (each tensor in its own type)\n",
+            adapter.modules.len(),
+            nnx::text::printable(&out.display().to_string())
+        ));
     }
     let merged = adapter.merge_archive(&archive)?;
     if base.is_dir() {

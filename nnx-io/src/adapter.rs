@@ -427,6 +427,147 @@ impl Adapter {
         Ok(merged)
     }
 
+    /// This adapter under GGUF names (`blk.0.attn_q`), for merging into a GGUF file of
+    /// `model`'s architecture: each module's transformers path is found in `model`'s walk and
+    /// renamed to the GGUF source of the same model tensor, and `B`'s rows of q and k are put
+    /// in llama.cpp's rotary pair order (their groups counted by `metadata`'s head counts), as
+    /// llama.cpp's `convert_lora_to_gguf.py` does. A GGUF adapter is returned as it is.
+    ///
+    /// # Errors
+    /// [`Error::AdapterMismatch`] for modules `model` does not have, or whose GGUF tensor the
+    /// model reads split or transposed; [`Error::Adapter`] for a missing head count.
+    pub fn renamed_for_gguf<M: Module + ?Sized>(&self, model: &M, metadata: &crate::gguf::Metadata) -> Result<Adapter> {
+        if self.format == AdapterFormat::Gguf {
+            return Ok(self.clone());
+        }
+        let mut paths: HashMap<String, String> = HashMap::new();
+        for_each_entry_named(model, self.format.naming(), |slot, _| {
+            paths.insert(slot.source.to_string(), slot.name.to_string());
+        });
+        let mut gguf: HashMap<String, (String, Vec<ImportOp>)> = HashMap::new();
+        for_each_entry_named(model, Naming::Gguf, |slot, _| {
+            gguf.insert(slot.name.to_string(), (slot.source.to_string(), slot.ops.to_vec()));
+        });
+        let mut problems = Vec::new();
+        let mut renamed = self.clone();
+        renamed.format = AdapterFormat::Gguf;
+        renamed.saved.clear();
+        for name in self.saved.keys() {
+            let reason = "a saved module is merged under transformers names only";
+            problems.push(AdapterProblem::Unusable { module: name.clone(), reason: reason.into() });
+        }
+        for module in &mut renamed.modules {
+            let source = format!("{}.weight", module.source);
+            let Some((target, ops)) = paths.get(&source).and_then(|path| gguf.get(path)) else {
+                let suggestion = nnx_core::__private::suggest(&source, paths.keys().map(String::as_str));
+                problems.push(AdapterProblem::NoTarget { module: source, suggestion });
+                continue;
+            };
+            if module.fan_in_fan_out || ops.iter().any(|op| matches!(op, ImportOp::Split(_) | ImportOp::Transpose)) {
+                let reason = "the GGUF tensor is split or transposed on the way to the model";
+                problems.push(AdapterProblem::Unusable { module: source, reason: reason.into() });
+                continue;
+            }
+            for op in ops {
+                if let ImportOp::RopePermute(key) = op {
+                    let arch = metadata.architecture().unwrap_or_default();
+                    let key = format!("{arch}.attention.{key}");
+                    let heads = metadata.u64(&key).ok_or_else(|| {
+                        problem(
+                            &self.path,
+                            &key,
+                            "is missing from the base's metadata: it counts the rotary groups of q and k",
+                        )
+                    })?;
+                    module.b = permute_rope_rows(&module.b, heads as usize)?;
+                }
+            }
+            module.source = target.strip_suffix(".weight").unwrap_or(target).to_string();
+        }
+        if !problems.is_empty() {
+            return Err(Error::AdapterMismatch {
+                path: self.path.clone(),
+                target: nnx_core::__private::short_type_name(std::any::type_name::<M>()).to_string(),
+                problems: problems.iter().map(ToString::to_string).collect(),
+            });
+        }
+        Ok(renamed)
+    }
+
+    /// The GGUF file `base` with this GGUF-named adapter merged in (see
+    /// [`Adapter::renamed_for_gguf`] for others): each target decoded, `W + s B A` added (DoRA's
+    /// magnitudes applied), and encoded again in its own ggml type, as llama.cpp's
+    /// `llama-export-lora` does; every other tensor and the metadata as they are.
+    ///
+    /// # Errors
+    /// [`Error::AdapterMismatch`] listing modules without a tensor or with another shape, trained
+    /// biases and saved modules (GGUF merges carry neither); [`Error::GgmlUnsupported`] for a
+    /// target in a type nnx does not encode.
+    pub fn merge_gguf(&self, base: &Archive) -> Result<crate::gguf::GgufWriter> {
+        let metadata = base.gguf_metadata().ok_or_else(|| {
+            problem(
+                &self.path,
+                "",
+                &format!("cannot be merged as GGUF into {}, which is not a GGUF file", base.origin()),
+            )
+        })?;
+        let mut problems = Vec::new();
+        let mut merged: HashMap<String, crate::gguf::GgmlTensor> = HashMap::new();
+        let names: Vec<&str> = base.names().collect();
+        for module in &self.modules {
+            let name = format!("{}.weight", module.source);
+            if module.bias.is_some() {
+                let reason = "a trained bias is not merged into GGUF files (merge into the transformers folder)";
+                problems.push(AdapterProblem::Unusable {
+                    module: format!("{}.bias", module.source),
+                    reason: reason.into(),
+                });
+            }
+            if !base.contains(&name) {
+                let suggestion = nnx_core::__private::suggest(&name, names.iter().copied());
+                problems.push(AdapterProblem::NoTarget { module: name, suggestion });
+                continue;
+            }
+            let stored = base.ggml(&name)?;
+            let delta = module.delta()?;
+            if delta.shape() != stored.shape.as_slice() {
+                problems.push(AdapterProblem::Shape {
+                    module: name.clone(),
+                    target: name,
+                    expected: stored.shape.clone(),
+                    found: delta.shape().to_vec(),
+                });
+                continue;
+            }
+            let weight = stored.dequantize()?;
+            let value = add_delta(&weight, &delta, module.magnitude.as_ref())?;
+            merged.insert(name, crate::gguf::GgmlTensor::quantize(&value, stored.ty)?);
+        }
+        for name in self.saved.keys() {
+            let reason = "a saved module is merged under transformers names only";
+            problems.push(AdapterProblem::Unusable { module: name.clone(), reason: reason.into() });
+        }
+        if !problems.is_empty() {
+            return Err(Error::AdapterMismatch {
+                path: self.path.clone(),
+                target: base.origin().to_string(),
+                problems: problems.iter().map(ToString::to_string).collect(),
+            });
+        }
+        let mut writer = crate::gguf::GgufWriter::new();
+        *writer.metadata_mut() = metadata.clone();
+        // The writer aligns as it writes; the base's own alignment key would contradict it.
+        writer.metadata_mut().remove("general.alignment");
+        for name in base.names() {
+            let tensor = match merged.remove(name) {
+                Some(tensor) => tensor,
+                None => base.ggml(name)?,
+            };
+            writer.add(name, tensor)?;
+        }
+        Ok(writer)
+    }
+
     /// The factors of every module as `model` reads its weights, for applying the adapter at
     /// run time (`y = W x + s B (A x)`) instead of merging it: for each model weight a module
     /// reaches, `A` `[r, in]` and `B` `[out, r]` in the model's own layout (a split source cut
@@ -698,6 +839,26 @@ fn through_ops(delta: &Tensor, ops: &[ImportOp]) -> std::result::Result<Tensor, 
         };
     }
     Ok(tensor.contiguous())
+}
+
+/// `tensor`'s rows in llama.cpp's rotary order: each of `heads` groups of rows read as `[2,
+/// half]` (transformers' order) is stored as `[half, 2]` pairs.
+fn permute_rope_rows(tensor: &Tensor, heads: usize) -> Result<Tensor> {
+    let rows = tensor.shape()[0];
+    let width = tensor.len() / rows.max(1);
+    let half = rows / (2 * heads).max(1);
+    let values = tensor.to_vec::<f32>()?;
+    let mut out = vec![0f32; values.len()];
+    for group in 0..heads {
+        for pair in 0..2 {
+            for i in 0..half {
+                let from = (group * 2 * half + pair * half + i) * width;
+                let to = (group * 2 * half + i * 2 + pair) * width;
+                out[to..to + width].copy_from_slice(&values[from..from + width]);
+            }
+        }
+    }
+    Tensor::from_vec(out, tensor.shape())
 }
 
 /// `tensor * scale` in f32.

@@ -93,7 +93,7 @@ pub fn load(source: &str) -> Result<LoadedModel> {
 /// # Errors
 /// As [`load`]; [`Error::AdapterMismatch`] for an adapter that does not fit the files;
 /// [`Error::Adapter`] for a GGUF file or a quantized folder, whose packed weights are not
-/// merged into here (merge into the float folder with `nnx lora merge`, then quantize).
+/// merged into here (`nnx lora merge` writes a merged GGUF file).
 pub fn load_with_adapters(source: &str, adapters: &[(crate::adapter::Adapter, f32)]) -> Result<LoadedModel> {
     Files::open(source)?.merged(adapters)?.load_host(&HostTarget)
 }
@@ -245,7 +245,7 @@ impl Files {
                     path: adapter.path.clone(),
                     entry: String::new(),
                     problem: format!(
-                        "cannot be merged into `{}`, whose weights are packed (GGUF blocks or a quantized folder): merge it into the float model with `nnx lora merge`, then quantize or convert the result",
+                        "cannot be merged at load into `{}`, whose weights are packed (GGUF blocks or a quantized folder): write the merged model first with `nnx lora merge` (a GGUF base gives a GGUF file in the same types; for a quantized folder, merge into its float folder and quantize that)",
                         self.path.display()
                     ),
                 });

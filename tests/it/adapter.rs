@@ -479,3 +479,87 @@ fn a_gguf_adapter_runs_on_a_model_that_keeps_the_gguf_rows() {
     let error = LoraLayers::new(&model, &[&adapter], false).unwrap_err().to_string();
     assert!(error.contains("rotary order"), "{error}");
 }
+
+#[test]
+fn peft_adapters_renamed_for_gguf_equal_llama_cpps_conversion() {
+    // nnx's renaming of the PEFT adapter (names and q/k rows of B) against what llama.cpp's
+    // `convert_lora_to_gguf.py` wrote from the same adapter.
+    let base = Archive::open(fixtures().join("models").join("llama3").join("model-f32.gguf")).unwrap();
+    let metadata = base.gguf_metadata().unwrap();
+    let model =
+        Llama::new(&LlamaConfig::from_gguf(metadata, !base.contains("output.weight")).unwrap(), DType::F32, Init::Meta);
+    let renamed = Adapter::open(case("llama-lora")).unwrap().renamed_for_gguf(&model, metadata).unwrap();
+    let converted = Adapter::open(case("gguf-lora").join("adapter.gguf")).unwrap();
+    let by_name: HashMap<&str, _> = converted.modules.iter().map(|module| (module.source.as_str(), module)).collect();
+    assert_eq!(renamed.modules.len(), by_name.len());
+    for module in &renamed.modules {
+        let theirs = by_name[module.source.as_str()];
+        assert_eq!(module.a.to_vec::<f32>().unwrap(), theirs.a.to_vec::<f32>().unwrap(), "{}: A", module.source);
+        assert_eq!(module.b.to_vec::<f32>().unwrap(), theirs.b.to_vec::<f32>().unwrap(), "{}: B", module.source);
+        assert_eq!(module.scale, theirs.scale);
+    }
+}
+
+#[test]
+fn nnx_lora_merge_writes_gguf_files_that_run_as_the_merged_model() {
+    let dir = crate::util::scratch();
+    let models = fixtures().join("models").join("llama3");
+    let reference = expected("llama-lora");
+    let ids = ids(&reference["ids"]);
+    // Q8_0's own rounding on these ids: the Q8_0 base against the F32 base.
+    let logits_of = |path: PathBuf| {
+        nnx::models::load(path.to_str().unwrap()).unwrap().model.logits(&ids).unwrap().to_vec::<f32>().unwrap()
+    };
+    let rounding =
+        max_abs_diff(&logits_of(models.join("model-q8_0.gguf")), &logits_of(models.join("model-f32.gguf")), "q8_0");
+    for (base, adapter, tolerance) in [
+        ("model-f32.gguf", case("gguf-lora").join("adapter.gguf"), 1e-4),
+        ("model-f32.gguf", case("llama-lora"), 1e-4),
+        // Each merged Q8_0 tensor is encoded again: the logits keep Q8_0's rounding.
+        ("model-q8_0.gguf", case("llama-lora"), rounding),
+    ] {
+        let out = dir.path().join(format!("{base}-{}.gguf", adapter.file_name().unwrap().to_string_lossy()));
+        let output = std::process::Command::new(crate::util::nnx_binary())
+            .args(["lora", "merge"])
+            .arg(models.join(base))
+            .arg(&adapter)
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let (original, merged) = (Archive::open(models.join(base)).unwrap(), Archive::open(&out).unwrap());
+        for name in original.names() {
+            assert_eq!(merged.ggml_type(name), original.ggml_type(name), "{base}: `{name}` keeps its type");
+        }
+        // A merged tensor is the base's decoded values plus the delta, encoded again.
+        let renamed = case("gguf-lora").join("adapter.gguf");
+        let delta = Adapter::open(&renamed)
+            .unwrap()
+            .modules
+            .iter()
+            .find(|m| m.source == "blk.1.ffn_up")
+            .unwrap()
+            .delta()
+            .unwrap();
+        let stored = original.ggml("blk.1.ffn_up.weight").unwrap();
+        let values: Vec<f32> = stored
+            .dequantize()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .zip(delta.to_vec::<f32>().unwrap())
+            .map(|(w, d)| w + d)
+            .collect();
+        let expected_blocks =
+            nnx::gguf::GgmlTensor::quantize(&Tensor::from_vec(values, &stored.shape).unwrap(), stored.ty).unwrap();
+        assert_eq!(
+            merged.ggml("blk.1.ffn_up.weight").unwrap().bytes().unwrap(),
+            expected_blocks.bytes().unwrap(),
+            "{base}"
+        );
+        let logits = logits_of(out.clone());
+        let diff = max_abs_diff(&logits, &floats(&reference["logits_merged"]), base);
+        assert!(diff < tolerance, "{base} + {}: logits differ from PEFT's merge by {diff}", adapter.display());
+    }
+}
