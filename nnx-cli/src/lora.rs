@@ -25,15 +25,15 @@ pub struct Args {
 enum Command {
     /// Describe an adapter: format, ranks, scales, targets and size.
     Inspect {
-        /// A PEFT or MLX-LM adapter folder (`adapter_config.json` beside the factors), or a
-        /// GGUF LoRA file.
-        adapter: PathBuf,
+        /// A PEFT or MLX-LM adapter folder (`adapter_config.json` beside the factors), a GGUF
+        /// LoRA file, or an `hf://` path to either.
+        adapter: String,
     },
     /// Write an adapter (PEFT or MLX-LM) in PEFT's layout: `adapter_config.json` and
     /// `adapter_model.safetensors`, as `PeftModel.from_pretrained` loads them.
     Convert {
         /// The adapter (as for `inspect`).
-        adapter: PathBuf,
+        adapter: String,
         /// The folder to write; must not exist.
         out: PathBuf,
     },
@@ -46,7 +46,7 @@ enum Command {
         /// Qwen2/3 or Gemma 3.
         base: PathBuf,
         /// The adapter (as for `inspect`).
-        adapter: PathBuf,
+        adapter: String,
         /// Where to write the merged model (a folder for a folder base); must not exist.
         out: PathBuf,
     },
@@ -55,13 +55,13 @@ enum Command {
 /// Runs the subcommand; returns what it prints.
 pub fn run(args: Args) -> Result<String, CliError> {
     match args.command {
-        Command::Inspect { adapter } => inspect(&Adapter::open(&adapter)?),
-        Command::Merge { base, adapter, out } => merge(&base, &Adapter::open(&adapter)?, &out),
+        Command::Inspect { adapter } => inspect(&Adapter::open_source(&adapter)?),
+        Command::Merge { base, adapter, out } => merge(&base, &Adapter::open_source(&adapter)?, &out),
         Command::Convert { adapter, out } => {
             if out.exists() {
                 return Err(CliError(format!("`{}` exists: name a new folder for the adapter", out.display())));
             }
-            let adapter = Adapter::open(&adapter)?;
+            let adapter = Adapter::open_source(&adapter)?;
             adapter.save_peft(&out)?;
             Ok(format!(
                 "wrote {} modules in PEFT's layout to `{}`\n",

@@ -60,7 +60,7 @@ pub struct Args {
     /// and `decode_tokens_per_s`.
     #[arg(long)]
     json: bool,
-    /// A LoRA adapter (PEFT or MLX-LM folder, GGUF LoRA file) merged into the model's float
+    /// A LoRA adapter (PEFT or MLX-LM folder, GGUF LoRA file, `hf://` path) merged into the model's float
     /// weights before it runs, with an optional multiplier of its scale (`adapter/:0.5`);
     /// repeat it for several, merged in turn.
     #[arg(long, value_name = "ADAPTER[:SCALE]")]
@@ -79,7 +79,7 @@ fn adapters(args: &Args) -> Result<Vec<(nnx::adapter::Adapter, f32)>, CliError> 
             if !scale.is_finite() {
                 return Err(CliError(format!("`--lora {spec}`: the scale must be a finite number")));
             }
-            Ok((nnx::adapter::Adapter::open(path)?, scale))
+            Ok((nnx::adapter::Adapter::open_source(path)?, scale))
         })
         .collect()
 }

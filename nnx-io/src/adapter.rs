@@ -267,6 +267,30 @@ impl Adapter {
         scaled
     }
 
+    /// [`Adapter::open`] for a local path or an `hf://` one: `hf://owner/repo[@revision]` is
+    /// an adapter repository (its `adapter_config.json` and factors fetched into the Hub cache,
+    /// or found there offline), `hf://owner/repo/file.gguf` a GGUF LoRA file.
+    ///
+    /// # Errors
+    /// As [`Adapter::open`], and the Hub's errors (a repository without `adapter_config.json`
+    /// named).
+    pub fn open_source(source: &str) -> Result<Adapter> {
+        if !source.starts_with("hf://") || source.ends_with(".gguf") || source.ends_with(".json") {
+            return Adapter::open(crate::hub::local_path(source)?);
+        }
+        let repo = source.trim_end_matches('/');
+        let config = crate::hub::local_path(&format!("{repo}/adapter_config.json"))?;
+        let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut last = None;
+        for weights in ["adapter_model.safetensors", "adapters.safetensors", "adapter_model.bin"] {
+            match crate::hub::local_path(&format!("{repo}/{weights}")) {
+                Ok(_) => return Adapter::open(&dir),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.unwrap_or_else(|| problem(&dir, "adapter_model.safetensors", "is missing from the repository")))
+    }
+
     /// The ranks of the modules, smallest and largest.
     pub fn ranks(&self) -> (usize, usize) {
         let ranks = self.modules.iter().map(LoraModule::rank);
@@ -392,6 +416,13 @@ impl Adapter {
         let mut values = Vec::new();
         for module in &self.modules {
             let (weight, magnitude) = (format!("{}.weight", module.source), module.magnitude.clone());
+            if let Some(streams) = affine_streams(base, &module.source)? {
+                match merge_affine(base, &module.source, streams, module)? {
+                    Ok(entries) => values.extend(entries.into_iter().map(|(name, tensor)| (name, Some(tensor)))),
+                    Err(problem) => problems.push(problem),
+                }
+                continue;
+            }
             values.push((
                 weight.clone(),
                 merge(&weight, Change::Add { delta: module.delta()?, magnitude }, &mut problems)?,
@@ -859,6 +890,60 @@ fn permute_rope_rows(tensor: &Tensor, heads: usize) -> Result<Tensor> {
         }
     }
     Tensor::from_vec(out, tensor.shape())
+}
+
+/// The names of `stem`'s MLX affine streams (`weight` U32 with `scales` and `biases`), when
+/// `base` stores it so.
+fn affine_streams(base: &Archive, stem: &str) -> Result<Option<[String; 3]>> {
+    let names = [format!("{stem}.weight"), format!("{stem}.scales"), format!("{stem}.biases")];
+    let packed = matches!(base.entry_spec(&names[0])?, Some((DType::U32, _)));
+    Ok((packed && base.contains(&names[1]) && base.contains(&names[2])).then_some(names))
+}
+
+/// `module` merged into the MLX affine weight `streams` of `base`, as `mlx_lm.fuse` does: the
+/// weight decoded (in the scales' dtype), the delta cast to that dtype and added, and the sum
+/// quantized again with the same bits and group size (inferred from the streams' shapes and
+/// the delta's width). The three new streams, or the problem.
+#[allow(clippy::type_complexity)]
+fn merge_affine(
+    base: &Archive,
+    stem: &str,
+    streams: [String; 3],
+    module: &LoraModule,
+) -> Result<std::result::Result<Vec<(String, Tensor)>, AdapterProblem>> {
+    let delta = module.delta()?;
+    let [weight, scales, biases] = streams;
+    let (packed, groups) = (base.try_get(&weight)?, base.try_get(&scales)?);
+    let (columns, words, count) = (delta.shape()[1], packed.shape()[1], groups.shape()[1]);
+    let spec = match (u32::try_from(words * 32 / columns.max(1)), columns.checked_div(count)) {
+        (Ok(bits), Some(group)) if delta.rank() == 2 && columns % count.max(1) == 0 => {
+            nnx_core::quant::AffineSpec::new(bits, group)
+        }
+        _ => {
+            let reason = format!(
+                "{delta_shape:?} does not fit its packed weight {words:?} words with {count} groups a row",
+                delta_shape = delta.shape()
+            );
+            return Ok(Err(AdapterProblem::Unusable { module: weight, reason }));
+        }
+    };
+    let affine =
+        match spec.and_then(|spec| nnx_core::quant::AffineWeight::new(packed, groups, base.try_get(&biases)?, spec)) {
+            Ok(affine) if affine.shape() == delta.shape() => affine,
+            Ok(affine) => {
+                let (target, expected, found) = (weight.clone(), affine.shape(), delta.shape().to_vec());
+                return Ok(Err(AdapterProblem::Shape { module: weight, target, expected, found }));
+            }
+            Err(error) => return Ok(Err(AdapterProblem::Unusable { module: weight, reason: error.to_string() })),
+        };
+    if module.magnitude.is_some() || module.bias.is_some() {
+        let reason = "DoRA magnitudes and trained biases are not merged into quantized weights";
+        return Ok(Err(AdapterProblem::Unusable { module: format!("{stem}.weight"), reason: reason.into() }));
+    }
+    let dtype = affine.dtype();
+    let sum = add_delta(&affine.dequantize()?, &delta.to_dtype(dtype)?.to_dtype(DType::F32)?, None)?;
+    let fused = nnx_core::quant::AffineWeight::quantize(&sum, affine.spec())?;
+    Ok(Ok(vec![(weight, fused.weight), (scales, fused.scales), (biases, fused.biases)]))
 }
 
 /// `tensor * scale` in f32.

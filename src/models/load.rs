@@ -92,8 +92,9 @@ pub fn load(source: &str) -> Result<LoadedModel> {
 ///
 /// # Errors
 /// As [`load`]; [`Error::AdapterMismatch`] for an adapter that does not fit the files;
-/// [`Error::Adapter`] for a GGUF file or a quantized folder, whose packed weights are not
-/// merged into here (`nnx lora merge` writes a merged GGUF file).
+/// [`Error::Adapter`] for a GGUF file or a SEED folder, whose packed weights are not merged
+/// into here (`nnx lora merge` writes a merged GGUF file); MLX affine weights are decoded,
+/// merged and quantized again as `mlx_lm.fuse` does.
 pub fn load_with_adapters(source: &str, adapters: &[(crate::adapter::Adapter, f32)]) -> Result<LoadedModel> {
     Files::open(source)?.merged(adapters)?.load_host(&HostTarget)
 }
@@ -238,14 +239,16 @@ impl Files {
     /// These files with `adapters` merged into their weights, in turn.
     fn merged(mut self, adapters: &[(crate::adapter::Adapter, f32)]) -> Result<Files> {
         for (adapter, scale) in adapters {
-            let packed = self.archive.gguf_metadata().is_some()
-                || self.archive.names().any(|name| name.ends_with(".scales") || name.ends_with(".seeds"));
+            // MLX affine weights are decoded, merged and quantized again; GGUF blocks and SEED
+            // streams are not merged at load.
+            let packed =
+                self.archive.gguf_metadata().is_some() || self.archive.names().any(|name| name.ends_with(".seeds"));
             if packed {
                 return Err(Error::Adapter {
                     path: adapter.path.clone(),
                     entry: String::new(),
                     problem: format!(
-                        "cannot be merged at load into `{}`, whose weights are packed (GGUF blocks or a quantized folder): write the merged model first with `nnx lora merge` (a GGUF base gives a GGUF file in the same types; for a quantized folder, merge into its float folder and quantize that)",
+                        "cannot be merged at load into `{}`, whose weights are packed (GGUF blocks or SEED streams): write the merged model first with `nnx lora merge` (a GGUF base gives a GGUF file in the same types; for a SEED folder, merge into its float folder and quantize that)",
                         self.path.display()
                     ),
                 });

@@ -563,3 +563,41 @@ fn nnx_lora_merge_writes_gguf_files_that_run_as_the_merged_model() {
         assert!(diff < tolerance, "{base} + {}: logits differ from PEFT's merge by {diff}", adapter.display());
     }
 }
+
+#[test]
+fn adapters_come_from_the_hub_and_then_its_cache() {
+    use crate::hub_server::{Access, FakeHub};
+    let server = FakeHub::start();
+    server.create_repo("org/lora", Access::Public);
+    let files: Vec<(&str, Vec<u8>)> = ["adapter_config.json", "adapter_model.safetensors", "README.md"]
+        .into_iter()
+        .map(|name| {
+            let bytes = if name == "README.md" {
+                b"a card".to_vec()
+            } else {
+                std::fs::read(case("llama-lora").join(name)).unwrap()
+            };
+            (name, bytes)
+        })
+        .collect();
+    let list: Vec<(&str, &[u8])> = files.iter().map(|(name, bytes)| (*name, bytes.as_slice())).collect();
+    server.commit("org/lora", "main", &list);
+    let cache = crate::util::scratch();
+    let inspect = |offline: bool| {
+        let mut command = std::process::Command::new(crate::util::nnx_binary());
+        command.args(["lora", "inspect", "hf://org/lora"]).env_remove("HF_TOKEN").env_remove("HF_HUB_OFFLINE");
+        for (key, value) in crate::hub::hub_env(&server, cache.path()) {
+            command.env(key, value);
+        }
+        if offline {
+            command.env("HF_HUB_OFFLINE", "1");
+        }
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let online = inspect(false);
+    assert!(online.contains("format   PEFT") && online.contains("modules  14 adapted"), "{online}");
+    // Offline, the cache answers with the same adapter.
+    assert_eq!(inspect(true).lines().skip(1).collect::<Vec<_>>(), online.lines().skip(1).collect::<Vec<_>>());
+}
