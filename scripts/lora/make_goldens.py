@@ -7,6 +7,7 @@ peft 0.21.2, torch 2.15.0, transformers 5.24.0, safetensors 0.8.0).
     make_goldens.py peft OUT_DIR               # the six PEFT cases
     make_goldens.py gguf OUT_DIR LLAMA_CPP_SRC # gguf-lora/expected.json (after the converter ran)
     make_goldens.py mlx-check OUT_DIR          # adds transformers logits to mlx-lora/expected.json
+                                               # and transformers checks to mlx-affine/expected.json
 
 Bases (random weights, in the repository): tests/fixtures/models/llama3 (Llama 3, BF16) and
 tests/fixtures/gpt2-tiny (GPT-2, Conv1D weights stored [in, out], lm_head tied to wte). Both are
@@ -342,6 +343,56 @@ def mlx_check(out: Path):
     mats["logits_merged_transformers"] = lt
     write_json(path, exp_meta, mats)
     print("mlx-lora: transformers vs mlx merged logits", exp_meta["max_abs_diff_transformers_vs_mlx_merged"])
+    mlx_affine_check(out)
+
+
+def dequantize_mlx_affine(tensors: dict, bits: int, group_size: int) -> dict:
+    """MLX affine dequantization of a {name: tensor} state dict: every U32 `<p>.weight` with its
+    `<p>.scales` and `<p>.biases` becomes the f32 `<p>.weight` w = q * scale + bias (q: `bits`-bit
+    fields of the little-endian u32 words, lowest bits first; one scale and bias per `group_size`
+    consecutive inputs); the other float tensors are cast to f32."""
+    per_word = 32 // bits
+    out = {}
+    for k, v in tensors.items():
+        if k.endswith((".scales", ".biases")):
+            continue
+        if v.dtype == torch.uint32:
+            p = k[: -len(".weight")]
+            q = v.numpy().view(np.uint32)
+            q = np.stack([(q >> (bits * i)) & ((1 << bits) - 1) for i in range(per_word)], -1)
+            q = q.reshape(q.shape[0], -1, group_size).astype(np.float32)
+            scales = tensors[p + ".scales"].float().numpy()[:, :, None]
+            biases = tensors[p + ".biases"].float().numpy()[:, :, None]
+            out[k] = torch.from_numpy((q * scales + biases).reshape(q.shape[0], -1))
+        else:
+            out[k] = v.float()
+    return out
+
+
+def mlx_affine_check(out: Path):
+    """Adds to mlx-affine/expected.json how far transformers' f32 logits, with the base's weights
+    replaced by the dequantized base/ and fused/ weights, are from mlx's f32-cast logits."""
+    from safetensors.torch import load_file
+
+    d = out / "mlx-affine"
+    path = d / "expected.json"
+    exp = json.loads(path.read_text())
+    exp_meta = {k: v for k, v in exp.items() if not k.startswith("logits_") and not k.startswith("max_abs_diff_transformers")}
+    for which in ("base", "fused"):
+        model = load_base(LLAMA)
+        sd = dequantize_mlx_affine(load_file(str(d / which / "model.safetensors")), exp["bits"], exp["group_size"])
+        model.load_state_dict(sd, strict=True)
+        lt = logits(model, exp["ids"])
+        diff = float(np.abs(lt - np.array(exp[f"logits_{which}_f32"], dtype=np.float32)).max())
+        assert diff < 1e-4, (which, diff)
+        exp_meta[f"max_abs_diff_transformers_dequantized_vs_mlx_{which}_f32"] = diff
+    exp_meta["transformers_version"] = transformers.__version__
+    exp_meta["torch_version"] = torch.__version__.split("+")[0]
+    mats = {k: np.array(v, dtype=np.float32) for k, v in exp.items() if k.startswith("logits_")}
+    write_json(path, exp_meta, mats)
+    print("mlx-affine: transformers (dequantized, f32) vs mlx f32 logits",
+          exp_meta["max_abs_diff_transformers_dequantized_vs_mlx_base_f32"],
+          exp_meta["max_abs_diff_transformers_dequantized_vs_mlx_fused_f32"])
 
 
 def main():

@@ -10,8 +10,11 @@
 #      (on tests/fixtures/gpt2-tiny): adapter_config.json, adapter_model.safetensors,
 #      merged.safetensors, expected.json.
 #   2. mlx_goldens.py (mlx venv): mlx-lora, an mlx-lm adapter (adapters.safetensors,
-#      adapter_config.json) and its fused weights; make_goldens.py mlx-check adds the logits
-#      transformers computes from those fused weights.
+#      adapter_config.json) and its fused weights; mlx-affine, the base quantized by mlx-lm to
+#      MLX affine 4-bit (group size 32) and that adapter fused into it by mlx-lm's fuse code
+#      (base/ and fused/ model folders, logits); make_goldens.py mlx-check adds the logits
+#      transformers computes from the mlx-lora fused weights, and checks the mlx-affine logits
+#      against transformers run on the dequantized weights.
 #   3. llama.cpp's convert_lora_to_gguf.py --outtype f32 on llama-lora -> gguf-lora/adapter.gguf;
 #      make_goldens.py gguf reads it back (gguf-py's GGUFReader) into gguf-lora/expected.json.
 #
@@ -89,8 +92,10 @@ export PYTHONHASHSEED=0
 
 # 1. PEFT cases.
 "$oracle/bin/python" "$here/make_goldens.py" peft "$out"
+# llama-lora again as PEFT writes it with safe_serialization=False (adapter_model.bin).
+"$oracle/bin/python" "$here/peft_bin_golden.py" "$out"
 
-# 2. mlx-lm case.
+# 2. mlx-lm cases (mlx-lora, then mlx-affine, which fuses the mlx-lora adapter).
 "$mlxv/bin/python" "$here/mlx_goldens.py" "$out"
 "$oracle/bin/python" "$here/make_goldens.py" mlx-check "$out"
 

@@ -21,10 +21,28 @@ The base is cast to float32 before the adapter is applied, so the fused weights 
 itself keeps the base's dtype, BF16 here). mlx-lm's Llama reads `rope_theta` / `rope_scaling`
 and not the `rope_parameters` of the fixture's (transformers 5) config.json, so those two are
 passed to it explicitly; the logits then match transformers' (see expected.json).
+
+It then writes tests/fixtures/lora/mlx-affine/: the same adapter fused into an MLX affine 4-bit
+(group size 32) quantization of the base, both made by mlx-lm's own code:
+  base/           what `mlx_lm convert --quantize --q-bits 4 --q-group-size 32` does: the base
+                  loaded by mlx_lm.utils.load (BF16, with rope_theta / rope_scaling passed as
+                  above), mlx_lm.utils.quantize_model(model, config, 32, 4), saved with
+                  mlx_lm.utils.save_model and save_config (config.json, model.safetensors,
+                  model.safetensors.index.json); the tokenizer files and generation_config.json
+                  are copied from the base folder (instead of being re-saved by the tokenizer);
+  fused/          what `mlx_lm fuse --model base --adapter-path mlx-lora` does (no --dequantize):
+                  base/ loaded with the adapter, every LoRALinear replaced by fuse(dequantize=False)
+                  (dequantize, add the delta in BF16, quantize again with 4 bits / group size 32),
+                  saved the same way;
+  expected.json   the ids, mlx's logits of base/ and fused/ (each loaded from its folder; as
+                  loaded, BF16, and with every floating parameter cast to f32), the names of the
+                  tensors whose bytes differ between the two model.safetensors, and the tensors
+                  of base/model.safetensors.
 """
 
 import json
 import os
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -37,7 +55,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 import mlx_lm
 from mlx_lm import lora as mlx_lora
 from mlx_lm.tuner.utils import linear_to_lora_layers, load_adapters
-from mlx_lm.utils import load_model, save_config
+from mlx_lm.utils import load, load_model, quantize_model, save_config, save_model
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "tests/fixtures/models/llama3"
@@ -47,6 +65,10 @@ STD = 0.03  # lora_a and lora_b ~ N(0, 0.03^2); the delta is 20 * sum over 4 ran
 LORA_PARAMETERS = {"rank": 4, "scale": 20.0, "dropout": 0.0,
                    "keys": ["self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"]}
 NUM_LAYERS = 2
+Q_BITS = 4
+Q_GROUP_SIZE = 32
+# Copied next to an mlx-lm model folder as `mlx_lm convert` / `mlx_lm fuse` leave them there.
+BASE_FILES = ["tokenizer.json", "tokenizer_config.json", "tokenizer.model", "generation_config.json"]
 
 
 def f32(x) -> str:
@@ -63,11 +85,15 @@ def write_json(path: Path, obj: dict, matrices: dict):
     path.write_text("{\n" + ",\n".join(parts) + "\n}\n")
 
 
-def base_model():
+def rope_overrides() -> dict:
+    """rope_theta / rope_scaling for mlx-lm, from the base's transformers-5 rope_parameters."""
     cfg = json.loads((ROOT / BASE / "config.json").read_text())
     rope = dict(cfg["rope_parameters"])
-    overrides = {"rope_theta": rope.pop("rope_theta"), "rope_scaling": rope}
-    model, _ = load_model(ROOT / BASE, model_config=overrides)
+    return {"rope_theta": rope.pop("rope_theta"), "rope_scaling": rope}
+
+
+def base_model():
+    model, _ = load_model(ROOT / BASE, model_config=rope_overrides())
     model.set_dtype(mx.float32)
     model.eval()
     return model
@@ -83,6 +109,11 @@ def logits(model) -> np.ndarray:
 
 def main():
     out = Path(sys.argv[1]).resolve()
+    mlx_lora_case(out)
+    mlx_affine_case(out)
+
+
+def mlx_lora_case(out: Path):
     d = out / "mlx-lora"
     d.mkdir(parents=True, exist_ok=True)
     os.chdir(ROOT)
@@ -150,6 +181,94 @@ def main():
     print(f"mlx-lora: {len(adapter)} adapter tensors, {len(merged)} merged tensors, "
           f"fused-unfused {meta['max_abs_diff_fused_vs_unfused']:.2e}, "
           f"adapter effect {meta['max_abs_diff_unfused_vs_base']:.3f}")
+
+
+def raw_tensors(path: Path) -> dict:
+    """{name: (dtype, shape, stored bytes)} of a safetensors file, in sorted name order."""
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    body = data[8 + n:]
+    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in sorted(header.items())}
+
+
+def save_folder(dst: Path, model, config: dict):
+    """Model folder as mlx_lm.utils.save writes it, with the base's tokenizer files copied."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    save_model(dst, model, donate_model=False)
+    save_config(dict(config), config_path=dst / "config.json")
+    for name in BASE_FILES:
+        if (ROOT / BASE / name).exists():
+            shutil.copyfile(ROOT / BASE / name, dst / name)
+
+
+def mlx_affine_case(out: Path):
+    d = out / "mlx-affine"
+    d.mkdir(parents=True, exist_ok=True)
+    os.chdir(ROOT)
+    adapter_dir = out / "mlx-lora"
+
+    # `mlx_lm convert --hf-path BASE -q --q-bits 4 --q-group-size 32`: convert() loads the model
+    # (mlx_lm.utils.load; the rope settings are passed as model_config since convert() reads the
+    # config as it is), keeps its dtype (the config has no torch_dtype, so no cast: the weights
+    # stay BF16), quantizes every layer that has to_quantized and an input size divisible by the
+    # group size (all Linear layers and the embedding) and saves.
+    model, _, config = load(BASE, model_config=rope_overrides(), return_config=True, lazy=True)
+    assert config.get("torch_dtype") is None
+    model, config = quantize_model(model, config, Q_GROUP_SIZE, Q_BITS)
+    mx.eval(model.parameters())
+    save_folder(d / "base", model, config)
+
+    # `mlx_lm fuse --model base --adapter-path mlx-lora --save-path fused` (no --dequantize).
+    model, _, config = load(str(d / "base"), adapter_path=str(adapter_dir), return_config=True)
+    unfused = logits(model)
+    fused_linears = [(n, m.fuse(dequantize=False)) for n, m in model.named_modules() if hasattr(m, "fuse")]
+    assert len(fused_linears) == 3 * NUM_LAYERS, [n for n, _ in fused_linears]
+    model.update_modules(tree_unflatten(fused_linears))
+    mx.eval(model.parameters())
+    save_folder(d / "fused", model, config)
+
+    # Logits of both folders as mlx-lm loads them.
+    base_m, _ = load(str(d / "base"))
+    fused_m, _ = load(str(d / "fused"))
+    base_logits = logits(base_m)
+    fused_logits = logits(fused_m)
+    # The same quantized models with every floating parameter (scales, biases, norms) cast to f32.
+    base_m.set_dtype(mx.float32)
+    fused_m.set_dtype(mx.float32)
+    base_logits_f32 = logits(base_m)
+    fused_logits_f32 = logits(fused_m)
+
+    base_t = raw_tensors(d / "base" / "model.safetensors")
+    fused_t = raw_tensors(d / "fused" / "model.safetensors")
+    assert list(base_t) == list(fused_t)
+    changed = [k for k in base_t if base_t[k] != fused_t[k]]
+
+    meta = {
+        "case": "mlx-affine",
+        "base": BASE,
+        "adapter": "tests/fixtures/lora/mlx-lora",
+        "ids": IDS,
+        "bits": Q_BITS,
+        "group_size": Q_GROUP_SIZE,
+        "mode": "affine",
+        "fused_tensors": changed,
+        "base_tensors": {k: [shape, dtype] for k, (dtype, shape, _) in base_t.items()},
+        "max_abs_diff_fused_vs_base": float(np.abs(fused_logits - base_logits).max()),
+        "max_abs_diff_fused_vs_unfused": float(np.abs(fused_logits - unfused).max()),
+        "mlx_version": mx.__version__,
+        "mlx_lm_version": mlx_lm.__version__,
+    }
+    write_json(d / "expected.json", meta, {
+        "logits_base": base_logits, "logits_fused": fused_logits,
+        "logits_base_f32": base_logits_f32, "logits_fused_f32": fused_logits_f32,
+    })
+    print(f"mlx-affine: {len(base_t)} tensors, fused {len(changed)}, "
+          f"fused-base {meta['max_abs_diff_fused_vs_base']:.3f}, "
+          f"fused-unfused {meta['max_abs_diff_fused_vs_unfused']:.3f}")
 
 
 if __name__ == "__main__":

@@ -601,3 +601,48 @@ fn adapters_come_from_the_hub_and_then_its_cache() {
     // Offline, the cache answers with the same adapter.
     assert_eq!(inspect(true).lines().skip(1).collect::<Vec<_>>(), online.lines().skip(1).collect::<Vec<_>>());
 }
+
+#[test]
+fn mlx_affine_bases_take_adapters_as_mlx_lm_fuses_them() {
+    // mlx_lm's fuse on a 4-bit base: each target decoded, the delta added in BF16 and the sum
+    // quantized again; nnx writes the same words, scales and biases.
+    let dir = case("mlx-affine");
+    let reference: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let adapter = Adapter::open(case("mlx-lora")).unwrap();
+    let base = Archive::open(dir.join("base")).unwrap();
+    let merged = adapter.merge_archive(&base).unwrap();
+    let fused = Archive::open(dir.join("fused")).unwrap();
+    let changed: Vec<&str> =
+        reference["fused_tensors"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(changed.len(), 18);
+    for name in fused.names() {
+        let (ours, theirs) = (merged.try_get(name).unwrap(), fused.try_get(name).unwrap());
+        assert_eq!(ours.to_bytes().unwrap(), theirs.to_bytes().unwrap(), "`{name}` differs from mlx_lm's fuse");
+    }
+    // And the folder runs with the adapter merged at load, as mlx_lm's fused folder runs.
+    let ids = ids(&reference["ids"]);
+    let loaded = nnx::models::load_with_adapters(dir.join("base").to_str().unwrap(), &[(adapter, 1.0)]).unwrap();
+    assert!(loaded.weights.starts_with("mlx affine 4-bit"), "{}", loaded.weights);
+    let logits = loaded.model.logits(&ids).unwrap().to_vec::<f32>().unwrap();
+    let theirs = nnx::models::load(dir.join("fused").to_str().unwrap()).unwrap().model.logits(&ids).unwrap();
+    assert_eq!(logits, theirs.to_vec::<f32>().unwrap());
+    // nnx computes in f32 over MLX's BF16 weights: between mlx's BF16 run and its f32 one.
+    let (bf16, f32) = (floats(&reference["logits_fused"]), floats(&reference["logits_fused_f32"]));
+    let spread = max_abs_diff(&bf16, &f32, "mlx");
+    assert!(max_abs_diff(&logits, &f32, "f32") < spread && max_abs_diff(&logits, &bf16, "bf16") < spread);
+}
+
+#[test]
+fn peft_adapters_saved_as_pytorch_checkpoints_read_the_same() {
+    // PEFT's `safe_serialization=False` layout: `adapter_model.bin`, read without running code.
+    let (bin, safetensors) =
+        (Adapter::open(case("llama-lora-bin")).unwrap(), Adapter::open(case("llama-lora")).unwrap());
+    assert_eq!(bin.modules.len(), safetensors.modules.len());
+    let by_name: HashMap<&str, _> = safetensors.modules.iter().map(|module| (module.source.as_str(), module)).collect();
+    for a in &bin.modules {
+        let b = by_name[a.source.as_str()];
+        assert_eq!(a.scale, b.scale);
+        assert_eq!(a.a.to_vec::<f32>().unwrap(), b.a.to_vec::<f32>().unwrap());
+        assert_eq!(a.b.to_vec::<f32>().unwrap(), b.b.to_vec::<f32>().unwrap());
+    }
+}
