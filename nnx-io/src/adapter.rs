@@ -301,7 +301,7 @@ impl Adapter {
     /// (through the model's import mapping for the adapter's naming) with the right shape,
     /// and lists what it finds. Changes nothing.
     pub fn check<M: Module + ?Sized>(&self, model: &M) -> AdapterReport {
-        self.plan(model).0
+        self.plan(model, false).0
     }
 
     /// Merges the adapter into `model`: each target weight becomes `W + s * B A` (DoRA's
@@ -315,7 +315,7 @@ impl Adapter {
     /// [`Error::AdapterMismatch`] listing every module that has no target or a target of
     /// another shape; a target on a device other than the host.
     pub fn merge_into<M: Module + ?Sized>(&self, model: &mut M) -> Result<Merged> {
-        let (report, targets) = self.plan(model);
+        let (report, targets) = self.plan(model, false);
         if !report.problems.is_empty() {
             return Err(Error::AdapterMismatch {
                 path: self.path.clone(),
@@ -654,7 +654,7 @@ impl Adapter {
 
     /// [`Adapter::check`], rotary rows taken as stored when `stored_rope_rows`.
     fn check_with<M: Module + ?Sized>(&self, model: &M, stored_rope_rows: bool) -> AdapterReport {
-        let mut report = self.plan(model).0;
+        let mut report = self.plan(model, true).0;
         if stored_rope_rows {
             report.problems.retain(|problem| !matches!(problem, AdapterProblem::Unusable { reason, .. } if reason.contains("rotary order")));
         }
@@ -665,7 +665,9 @@ impl Adapter {
     }
 
     /// The report and, for every model tensor the adapter changes, how.
-    fn plan<M: Module + ?Sized>(&self, model: &M) -> (AdapterReport, BTreeMap<String, Vec<Change>>) {
+    /// `attach`: for run time, where a weight packed in ggml blocks (U8 rows) takes the
+    /// factors beside it (its rows checked); a merge needs float weights.
+    fn plan<M: Module + ?Sized>(&self, model: &M, attach: bool) -> (AdapterReport, BTreeMap<String, Vec<Change>>) {
         // Each source name with the model tensors read from it, their operations and shapes.
         let mut by_source: HashMap<String, Vec<Target>> = HashMap::new();
         let mut sources = Vec::new();
@@ -678,6 +680,7 @@ impl Adapter {
                 name: slot.name.to_string(),
                 ops: slot.ops.to_vec(),
                 shape: tensor.shape().to_vec(),
+                packed: tensor.dtype() == DType::U8,
             });
         });
         let mut report = AdapterReport::default();
@@ -725,8 +728,18 @@ impl Adapter {
                     continue;
                 };
                 for target in targets {
+                    let fits = |piece: &Tensor| match target.packed {
+                        true => attach && piece.shape().first() == target.shape.first(),
+                        false => piece.shape() == target.shape.as_slice(),
+                    };
                     match through_ops(&delta, &target.ops) {
-                        Ok(piece) if piece.shape() == target.shape.as_slice() => {
+                        Ok(_) if target.packed && !attach => {
+                            let reason = "the weight is stored in ggml blocks: merge into the file (`merge_gguf`, `nnx lora merge`) or apply the adapter at run time";
+                            report
+                                .problems
+                                .push(AdapterProblem::Unusable { module: source.clone(), reason: reason.into() });
+                        }
+                        Ok(piece) if fits(&piece) => {
                             report.matched.push(target.name.clone());
                             let magnitude = magnitude.clone();
                             changes
@@ -771,6 +784,8 @@ struct Target {
     name: String,
     ops: Vec<ImportOp>,
     shape: Vec<usize>,
+    /// Rows of ggml blocks (U8): only the row count is the delta's.
+    packed: bool,
 }
 
 /// How a merge changes one model tensor.

@@ -167,11 +167,12 @@ trait Target<D: Device> {
         model: M,
         archive: &Archive,
         options: &ImportOptions,
+        adapters: &[(crate::adapter::Adapter, f32)],
         head: fn(&mut M::Placed) -> &mut Option<GgmlLinear<D>>,
     ) -> Result<Box<dyn CausalLm<Device = D>>>
     where
         M: Module + crate::Place<D>,
-        M::Placed: Module<D> + CausalLm<Device = D> + 'static,
+        M::Placed: Module<D> + CausalLm<Device = D> + AttachLora<D> + 'static,
         GgmlLinear: crate::Place<D, Placed = GgmlLinear<D>>,
     {
         let mut placed = model.place_with(&mut crate::Placer::new(self.device()))?;
@@ -187,9 +188,86 @@ trait Target<D: Device> {
             let layer: GgmlLinear = GgmlLinear::new(embedding.data.reshape(&[vocab, row_bytes])?, None, ty, hidden)?;
             *slot = Some(crate::Place::place_with(&layer, &mut crate::Placer::new(self.device()))?);
         }
+        if !adapters.is_empty() {
+            let metadata = archive.gguf_metadata().ok_or(Error::Meta { op: "load" })?;
+            return placed.attach(adapters, metadata);
+        }
         Ok(Box::new(placed))
     }
 }
+
+/// A model of ggml layers that takes LoRA adapters at run time ([`super::lora`]): on the host,
+/// each projection keeps its blocks and adds the adapters' low-rank products.
+trait AttachLora<D: Device>: Sized {
+    fn attach(
+        self,
+        adapters: &[(crate::adapter::Adapter, f32)],
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<Box<dyn CausalLm<Device = D>>>;
+}
+
+/// The adapters for a GGUF model, each with its multiplier set: renamed to the file's names and
+/// q/k row order where the model keeps them (`stored_rope_rows`).
+fn attach_to<M>(
+    model: &M,
+    adapters: &[(crate::adapter::Adapter, f32)],
+    metadata: &crate::gguf::Metadata,
+    stored_rope_rows: bool,
+) -> Result<super::lora::LoraLayers>
+where
+    M: Module,
+{
+    let renamed: Vec<crate::adapter::Adapter> = adapters
+        .iter()
+        .map(
+            |(adapter, _)| {
+                if stored_rope_rows { adapter.renamed_for_gguf(model, metadata) } else { Ok(adapter.clone()) }
+            },
+        )
+        .collect::<Result<_>>()?;
+    let refs: Vec<&crate::adapter::Adapter> = renamed.iter().collect();
+    let layers = super::lora::LoraLayers::new(model, &refs, stored_rope_rows)?;
+    for (index, (_, scale)) in adapters.iter().enumerate() {
+        layers.switches().set(index, *scale);
+    }
+    Ok(layers)
+}
+
+macro_rules! attach_lora {
+    ($($family:ident, $rows:expr);*) => {$(
+        impl AttachLora<Host> for $family<Host, Ggml> {
+            fn attach(
+                self,
+                adapters: &[(crate::adapter::Adapter, f32)],
+                metadata: &crate::gguf::Metadata,
+            ) -> Result<Box<dyn CausalLm<Device = Host>>> {
+                #[allow(clippy::redundant_closure_call)]
+                let stored = ($rows)(&self);
+                let layers = attach_to(&self, adapters, metadata, stored)?;
+                let model = self.map_weights::<super::lora::Lora<Ggml>>(|path, layer| Ok(layers.layer(path, layer)))?;
+                Ok(Box::new(model))
+            }
+        }
+
+        #[cfg(feature = "gpu")]
+        impl AttachLora<crate::Gpu> for $family<crate::Gpu, Ggml> {
+            fn attach(
+                self,
+                adapters: &[(crate::adapter::Adapter, f32)],
+                _: &crate::gguf::Metadata,
+            ) -> Result<Box<dyn CausalLm<Device = crate::Gpu>>> {
+                let path = adapters.first().map(|(adapter, _)| adapter.path.clone()).unwrap_or_default();
+                Err(Error::Adapter {
+                    path,
+                    entry: String::new(),
+                    problem: "is applied at run time on the host only: run with `--device cpu`, or write the merged model with `nnx lora merge` and run that on the GPU".into(),
+                })
+            }
+        }
+    )*};
+}
+
+attach_lora!(Llama, |model: &Llama<Host, Ggml>| model.stored_rope_rows; Qwen, |_: &Qwen<Host, Ggml>| false; Gemma3, |_: &Gemma3<Host, Ggml>| false);
 
 struct HostTarget;
 
@@ -227,28 +305,31 @@ struct Files {
     /// The GGUF file or the folder.
     path: PathBuf,
     archive: Archive,
+    /// Adapters applied at run time (to a GGUF file's blocks), with their multipliers.
+    adapters: Vec<(crate::adapter::Adapter, f32)>,
 }
 
 impl Files {
     fn open(source: &str) -> Result<Files> {
         let path = crate::hub::local_path(source)?;
         let archive = Archive::open(&path)?;
-        Ok(Files { path, archive })
+        Ok(Files { path, archive, adapters: Vec::new() })
     }
 
-    /// These files with `adapters` merged into their weights, in turn.
+    /// These files with `adapters`: merged into a folder's weights, in turn (MLX affine ones
+    /// decoded and quantized again); kept beside a GGUF file's blocks, applied at run time.
     fn merged(mut self, adapters: &[(crate::adapter::Adapter, f32)]) -> Result<Files> {
+        if self.archive.gguf_metadata().is_some() {
+            self.adapters = adapters.to_vec();
+            return Ok(self);
+        }
         for (adapter, scale) in adapters {
-            // MLX affine weights are decoded, merged and quantized again; GGUF blocks and SEED
-            // streams are not merged at load.
-            let packed =
-                self.archive.gguf_metadata().is_some() || self.archive.names().any(|name| name.ends_with(".seeds"));
-            if packed {
+            if self.archive.names().any(|name| name.ends_with(".seeds")) {
                 return Err(Error::Adapter {
                     path: adapter.path.clone(),
                     entry: String::new(),
                     problem: format!(
-                        "cannot be merged at load into `{}`, whose weights are packed (GGUF blocks or SEED streams): write the merged model first with `nnx lora merge` (a GGUF base gives a GGUF file in the same types; for a SEED folder, merge into its float folder and quantize that)",
+                        "cannot be merged at load into `{}`, whose weights are SEED streams: merge it into the float folder with `nnx lora merge` and quantize the result",
                         self.path.display()
                     ),
                 });
@@ -288,9 +369,13 @@ macro_rules! loader {
                         dense.stored_rope_rows = true;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
                         let options = ImportOptions::default().with_stored_rope_rows();
-                        target.finish_ggml(ggml, archive, &options, |model: &mut Llama<$device, Ggml>| {
-                            &mut model.lm_head
-                        })?
+                        target.finish_ggml(
+                            ggml,
+                            archive,
+                            &options,
+                            &self.adapters,
+                            |model: &mut Llama<$device, Ggml>| &mut model.lm_head,
+                        )?
                     }
                     "qwen2" | "qwen3" => {
                         let mut dense =
@@ -301,6 +386,7 @@ macro_rules! loader {
                             ggml,
                             archive,
                             &ImportOptions::default(),
+                            &self.adapters,
                             |model: &mut Qwen<$device, Ggml>| &mut model.lm_head,
                         )?
                     }
@@ -313,6 +399,7 @@ macro_rules! loader {
                             ggml,
                             archive,
                             &ImportOptions::default(),
+                            &self.adapters,
                             |model: &mut Gemma3<$device, Ggml>| &mut model.lm_head,
                         )?
                     }
