@@ -87,23 +87,38 @@ impl LoraModule {
     /// # Errors
     /// A factor that is not f32 on the host.
     pub fn delta(&self) -> Result<Tensor> {
-        let (a, b) = (self.a.to_vec::<f32>()?, self.b.to_vec::<f32>()?);
-        let (r, inner) = (self.a.shape()[0], self.a.shape()[1]);
-        let out = self.b.shape()[0];
-        // `B A` in f64, each value one rounding to f32.
-        let mut delta = vec![0f32; out * inner];
-        for (o, row) in delta.chunks_exact_mut(inner.max(1)).enumerate() {
-            for (i, value) in row.iter_mut().enumerate() {
-                let sum: f64 = (0..r).map(|k| f64::from(b[o * r + k]) * f64::from(a[k * inner + i])).sum();
-                *value = (sum * f64::from(self.scale)) as f32;
+        // `B A` in f32 as PEFT computes it (the matrix kernels), then scaled.
+        #[cfg(feature = "kernels")]
+        let product = self.b.matmul(&self.a)?.to_vec::<f32>()?;
+        #[cfg(not(feature = "kernels"))]
+        let product = {
+            let (a, b) = (self.a.to_vec::<f32>()?, self.b.to_vec::<f32>()?);
+            let (r, inner) = (self.a.shape()[0], self.a.shape()[1]);
+            let mut product = vec![0f32; self.b.shape()[0] * inner];
+            for (o, row) in product.chunks_exact_mut(inner.max(1)).enumerate() {
+                for (i, value) in row.iter_mut().enumerate() {
+                    *value = (0..r).map(|k| b[o * r + k] * a[k * inner + i]).sum();
+                }
             }
-        }
-        let delta = Tensor::from_vec(delta, &[out, inner])?;
-        let transposed = match self.kind {
+            product
+        };
+        let values: Vec<f32> = product.into_iter().map(|value| value * self.scale).collect();
+        let delta = Tensor::from_vec(values, &[self.b.shape()[0], self.a.shape()[1]])?;
+        Ok(if self.transposed() { delta.transpose(0, 1)?.contiguous() } else { delta })
+    }
+
+    /// Whether the base stores the weight as `(B A)ᵀ`: `fan_in_fan_out`, and embeddings.
+    fn transposed(&self) -> bool {
+        match self.kind {
             LoraKind::Linear => self.fan_in_fan_out,
             LoraKind::Embedding => true,
-        };
-        Ok(if transposed { delta.transpose(0, 1)?.contiguous() } else { delta })
+        }
+    }
+
+    /// The shape [`LoraModule::delta`] has, without computing it.
+    fn delta_shape(&self) -> Vec<usize> {
+        let (out, inner) = (self.b.shape()[0], self.a.shape()[1]);
+        if self.transposed() { vec![inner, out] } else { vec![out, inner] }
     }
 }
 
@@ -338,6 +353,11 @@ impl Adapter {
                 value = match change {
                     Change::Replace(tensor) => tensor.to_dtype(value.dtype())?,
                     Change::Add { delta, magnitude } => add_delta(&value, delta, magnitude.as_ref())?,
+                    Change::Module { module, ops, magnitude } => {
+                        let delta = through_ops(&self.modules[*module].delta()?, ops)
+                            .map_err(|reason| problem(&self.path, &self.modules[*module].source, &reason))?;
+                        add_delta(&value, &delta, magnitude.as_ref())?
+                    }
                 };
             }
             updated.insert(name.clone(), value);
@@ -393,6 +413,7 @@ impl Adapter {
             let found = match &change {
                 Change::Add { delta, .. } => delta.shape().to_vec(),
                 Change::Replace(tensor) => tensor.shape().to_vec(),
+                Change::Module { .. } => unreachable!("files are merged with computed deltas"),
             };
             if found != shape {
                 let (module, target) = (name.to_string(), name.to_string());
@@ -411,6 +432,7 @@ impl Adapter {
             Ok(Some(match change {
                 Change::Add { delta, magnitude } => add_delta(&weight, &delta, magnitude.as_ref())?,
                 Change::Replace(tensor) => tensor.to_dtype(dtype)?,
+                Change::Module { .. } => unreachable!("files are merged with computed deltas"),
             }))
         };
         let mut values = Vec::new();
@@ -689,35 +711,30 @@ impl Adapter {
             let suggestion = nnx_core::__private::suggest(name, sources.iter().map(String::as_str));
             report.problems.push(AdapterProblem::NoTarget { module: name.to_string(), suggestion });
         };
-        for module in &self.modules {
+        for (index, module) in self.modules.iter().enumerate() {
             let weight = format!("{}.weight", module.source);
             let Some(targets) = by_source.get(&weight) else {
                 unexpected(&mut report, &weight);
                 continue;
             };
-            let delta = match module.delta() {
-                Ok(delta) => delta,
-                Err(error) => {
-                    report.problems.push(AdapterProblem::Unusable { module: weight, reason: error.to_string() });
-                    continue;
-                }
-            };
+            // The shapes are checked on a meta delta; a merge computes it when it applies it.
+            let delta = Tensor::meta(DType::F32, &module.delta_shape());
             if module.magnitude.is_some() && (targets.len() != 1 || !targets[0].ops.is_empty()) {
                 let reason = "DoRA normalises whole rows of the stored weight, which this model splits or reorders";
                 report.problems.push(AdapterProblem::Unusable { module: weight, reason: reason.to_string() });
                 continue;
             }
-            let mut deltas = vec![(weight, delta, module.magnitude.clone())];
+            let mut deltas = vec![(weight, delta, module.magnitude.clone(), Some(index))];
             if let Some(bias) = &module.bias {
                 match scaled(bias, module.scale) {
-                    Ok(delta) => deltas.push((format!("{}.bias", module.source), delta, None)),
+                    Ok(delta) => deltas.push((format!("{}.bias", module.source), delta, None, None)),
                     Err(error) => {
                         let module = format!("{}.bias", module.source);
                         report.problems.push(AdapterProblem::Unusable { module, reason: error.to_string() });
                     }
                 }
             }
-            for (source, delta, magnitude) in deltas {
+            for (source, delta, magnitude, lazy) in deltas {
                 let Some(targets) = by_source.get(&source) else {
                     if source.ends_with(".bias") {
                         let reason = "the adapter trained a bias (`lora_bias`) for a layer that has none in this model: merge into the files with `Adapter::merge_archive` (`nnx lora merge`), which adds it, and load them into a model whose layer has a bias";
@@ -742,10 +759,11 @@ impl Adapter {
                         Ok(piece) if fits(&piece) => {
                             report.matched.push(target.name.clone());
                             let magnitude = magnitude.clone();
-                            changes
-                                .entry(target.name.clone())
-                                .or_default()
-                                .push(Change::Add { delta: piece, magnitude });
+                            let change = match lazy {
+                                Some(module) => Change::Module { module, ops: target.ops.clone(), magnitude },
+                                None => Change::Add { delta: piece, magnitude },
+                            };
+                            changes.entry(target.name.clone()).or_default().push(change);
                         }
                         Ok(piece) => report.problems.push(AdapterProblem::Shape {
                             module: source.clone(),
@@ -792,6 +810,8 @@ struct Target {
 enum Change {
     /// `W + delta`, then DoRA's row scaling when there is a magnitude.
     Add { delta: Tensor, magnitude: Option<Tensor> },
+    /// As `Add`, with module `module`'s delta read through `ops`, computed when applied.
+    Module { module: usize, ops: Vec<ImportOp>, magnitude: Option<Tensor> },
     /// A whole new value (a saved module).
     Replace(Tensor),
 }
@@ -884,7 +904,7 @@ fn through_ops(delta: &Tensor, ops: &[ImportOp]) -> std::result::Result<Tensor, 
             }
         };
     }
-    Ok(tensor.contiguous())
+    Ok(if tensor.is_meta() { tensor } else { tensor.contiguous() })
 }
 
 /// `tensor`'s rows in llama.cpp's rotary order: each of `heads` groups of rows read as `[2,
@@ -970,6 +990,33 @@ fn scaled(tensor: &Tensor, scale: f32) -> Result<Tensor> {
 /// `weight + delta` in f32, rows rescaled to `magnitude` (DoRA: `m / ||W + ΔW||` per row), in
 /// the weight's dtype.
 fn add_delta(weight: &Tensor, delta: &Tensor, magnitude: Option<&Tensor>) -> Result<Tensor> {
+    // The common case in one pass and one allocation: each stored value widened, the delta
+    // added and the sum rounded back, read straight from the (mapped) weight.
+    let (weight_view, delta_view) = (weight.contiguous(), delta.contiguous());
+    if magnitude.is_none()
+        && let Some(deltas) = delta_view.as_slice::<f32>().ok().flatten()
+    {
+        macro_rules! added {
+            ($ty:ty) => {
+                if let Some(values) = weight_view.as_slice::<$ty>().ok().flatten() {
+                    let sums: Vec<$ty> =
+                        values.iter().zip(deltas).map(|(&w, &d)| <$ty>::from_f32(f32::from(w) + d)).collect();
+                    return Tensor::from_vec(sums, weight.shape());
+                }
+            };
+        }
+        match weight.dtype() {
+            DType::BF16 => added!(half::bf16),
+            DType::F16 => added!(half::f16),
+            DType::F32 => {
+                if let Some(values) = weight_view.as_slice::<f32>().ok().flatten() {
+                    let sums: Vec<f32> = values.iter().zip(deltas).map(|(&w, &d)| w + d).collect();
+                    return Tensor::from_vec(sums, weight.shape());
+                }
+            }
+            _ => {}
+        }
+    }
     let mut values = weight.to_dtype(DType::F32)?.to_vec::<f32>()?;
     for (value, d) in values.iter_mut().zip(delta.to_vec::<f32>()?) {
         *value += d;
