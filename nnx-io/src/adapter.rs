@@ -306,6 +306,15 @@ impl Adapter {
         Err(last.unwrap_or_else(|| problem(&dir, "adapter_model.safetensors", "is missing from the repository")))
     }
 
+    /// The error for `problems` of this adapter on `target`.
+    fn mismatch(&self, target: String, problems: &[AdapterProblem]) -> Error {
+        Error::AdapterMismatch {
+            path: self.path.clone(),
+            target,
+            problems: problems.iter().map(ToString::to_string).collect(),
+        }
+    }
+
     /// The ranks of the modules, smallest and largest.
     pub fn ranks(&self) -> (usize, usize) {
         let ranks = self.modules.iter().map(LoraModule::rank);
@@ -332,11 +341,7 @@ impl Adapter {
     pub fn merge_into<M: Module + ?Sized>(&self, model: &mut M) -> Result<Merged> {
         let (report, targets) = self.plan(model, false);
         if !report.problems.is_empty() {
-            return Err(Error::AdapterMismatch {
-                path: self.path.clone(),
-                target: nnx_core::__private::short_type_name(std::any::type_name::<M>()).to_string(),
-                problems: report.problems.iter().map(ToString::to_string).collect(),
-            });
+            return Err(self.mismatch(model_name::<M>(), &report.problems));
         }
         // The new value of every model tensor that changes, computed before any is replaced.
         let mut current: HashMap<String, Tensor> = HashMap::new();
@@ -471,11 +476,7 @@ impl Adapter {
             }
         }
         if !problems.is_empty() {
-            return Err(Error::AdapterMismatch {
-                path: self.path.clone(),
-                target: base.origin().to_string(),
-                problems: problems.iter().map(ToString::to_string).collect(),
-            });
+            return Err(self.mismatch(base.origin().to_string(), &problems));
         }
         Ok(merged)
     }
@@ -538,11 +539,7 @@ impl Adapter {
             module.source = target.strip_suffix(".weight").unwrap_or(target).to_string();
         }
         if !problems.is_empty() {
-            return Err(Error::AdapterMismatch {
-                path: self.path.clone(),
-                target: nnx_core::__private::short_type_name(std::any::type_name::<M>()).to_string(),
-                problems: problems.iter().map(ToString::to_string).collect(),
-            });
+            return Err(self.mismatch(model_name::<M>(), &problems));
         }
         Ok(renamed)
     }
@@ -601,11 +598,7 @@ impl Adapter {
             problems.push(AdapterProblem::Unusable { module: name.clone(), reason: reason.into() });
         }
         if !problems.is_empty() {
-            return Err(Error::AdapterMismatch {
-                path: self.path.clone(),
-                target: base.origin().to_string(),
-                problems: problems.iter().map(ToString::to_string).collect(),
-            });
+            return Err(self.mismatch(base.origin().to_string(), &problems));
         }
         let mut writer = crate::gguf::GgufWriter::new();
         *writer.metadata_mut() = metadata.clone();
@@ -665,11 +658,7 @@ impl Adapter {
             report.problems.push(AdapterProblem::Unusable { module: name.clone(), reason: reason.into() });
         }
         if !report.problems.is_empty() {
-            return Err(Error::AdapterMismatch {
-                path: self.path.clone(),
-                target: nnx_core::__private::short_type_name(std::any::type_name::<M>()).to_string(),
-                problems: report.problems.iter().map(ToString::to_string).collect(),
-            });
+            return Err(self.mismatch(model_name::<M>(), &report.problems));
         }
         Ok(attachments)
     }
@@ -795,6 +784,11 @@ impl Adapter {
         }
         (report, changes)
     }
+}
+
+/// `M`'s type name without its path, for messages.
+fn model_name<M: ?Sized>() -> String {
+    nnx_core::__private::short_type_name(std::any::type_name::<M>()).to_string()
 }
 
 /// A model tensor read from a source entry, as the walk reports it.
