@@ -73,6 +73,8 @@ pub use nnx_io::hub;
 /// Archives in object stores and on the Hub: [`Archive::open`] takes their URLs.
 #[cfg(feature = "remote")]
 pub use nnx_io::remote;
+/// Per-tensor statistics (`nnx stats`), accumulated in f64 over streamed chunks.
+pub use nnx_io::stats;
 /// Printing outside text safely: control characters escaped, URLs without credentials.
 pub use nnx_io::text;
 pub use nnx_io::{

@@ -12,6 +12,7 @@ mod lora;
 mod perplexity;
 mod quantize;
 mod run;
+mod stats;
 mod to_gguf;
 mod tokenize;
 
@@ -63,6 +64,9 @@ enum Command {
     /// The perplexity of a model on a text, computed as llama.cpp's `llama-perplexity`
     /// computes it: chunks of `--ctx` tokens, each scored on its second half.
     Perplexity(perplexity::Args),
+    /// Per-tensor statistics (min, max, mean, std, absmax, zeros, NaN, Inf, a histogram),
+    /// quantized weights decoded; `--check` exits 1 for NaN, infinities or all-zero tensors.
+    Stats(stats::Args),
     /// LoRA adapters (PEFT, MLX-LM, GGUF): `inspect` describes one, `merge` writes a base
     /// model with one merged into its weights.
     Lora(lora::Args),
@@ -117,6 +121,18 @@ fn main() -> ExitCode {
         Command::Run(args) => on_the_pool(|| run::run(args)),
         Command::Perplexity(args) => on_the_pool(|| perplexity::run(args)),
         Command::Lora(args) => lora::run(args),
+        Command::Stats(args) => {
+            return match on_the_pool(|| stats::run(args)) {
+                Ok((text, fails)) => {
+                    print!("{}", printable_lines(&text));
+                    ExitCode::from(if fails { 1 } else { 0 })
+                }
+                Err(error) => {
+                    print_error(&error);
+                    ExitCode::from(1)
+                }
+            };
+        }
         Command::Diff(args) => {
             return match diff::run(args) {
                 Ok((text, equal)) => {

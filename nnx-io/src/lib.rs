@@ -23,6 +23,7 @@ pub mod remote;
 mod safetensors;
 pub mod sniff;
 mod source;
+pub mod stats;
 /// Printing outside text safely: control characters escaped, URLs without credentials.
 pub use nnx_core::text;
 mod torch;

@@ -36,6 +36,7 @@ mod run_cli;
 mod run_gguf;
 mod snapshots;
 mod state;
+mod stats;
 mod tensor;
 mod torch;
 mod util;

@@ -1,0 +1,146 @@
+//! `nnx stats PATH [--json] [--check]`: per tensor the minimum, maximum, mean, standard
+//! deviation, largest magnitude, zero fraction, NaN and infinity counts and a compact
+//! histogram ([`nnx::stats`]), computed in parallel over the mapped file; quantized weights
+//! (MLX affine, SEED, GGUF blocks) are decoded on the way. `--check` fails (exit 1) when a
+//! tensor holds NaN or infinities or only zeros.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use nnx::DType;
+use nnx::quantized::{EncodedWeight, QuantizedFolder};
+use nnx::stats::{TensorStats, entry_stats, stats_of};
+use rayon::prelude::*;
+
+use crate::common::{CliError, open_archive, progress_bar};
+
+/// The arguments of `nnx stats`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A SafeTensors file, shard index or folder, a PyTorch checkpoint, a GGUF file, a
+    /// quantized folder, or an `hf://` or object-store path.
+    path: PathBuf,
+    /// Print one JSON object: `{"tensors": [...]}` with every field of each tensor.
+    #[arg(long)]
+    json: bool,
+    /// Exit with status 1 when a tensor holds NaN or infinite values or only zeros.
+    #[arg(long)]
+    check: bool,
+}
+
+/// One unit of work: an entry, or an encoded weight of a quantized folder.
+enum Item {
+    Entry(String),
+    Encoded(String),
+}
+
+/// The report, and whether `--check` fails.
+pub fn run(args: Args) -> Result<(String, bool), CliError> {
+    let (path, archive) = open_archive(args.path)?;
+    // A quantized folder's weights are decoded as wholes; their streams are not tensors.
+    let folder = if path.is_dir() && archive.names().any(|name| name.ends_with(".scales") || name.ends_with(".seeds")) {
+        Some(QuantizedFolder::open(&path)?)
+    } else {
+        None
+    };
+    let mut items = Vec::new();
+    let mut streams = std::collections::HashSet::new();
+    if let Some(folder) = &folder {
+        for name in folder.weights() {
+            if !matches!(folder.weight(&name)?, EncodedWeight::Float(_)) {
+                streams.extend(folder.streams_of(&name));
+                items.push(Item::Encoded(name));
+            }
+        }
+    }
+    items.extend(archive.names().filter(|name| !streams.contains(*name)).map(|name| Item::Entry(name.to_string())));
+    let bar = if args.json { indicatif::ProgressBar::hidden() } else { progress_bar(items.len() as u64, "tensors") };
+    let results: Vec<Result<Option<TensorStats>, nnx::Error>> = items
+        .par_iter()
+        .map(|item| {
+            let result = match item {
+                Item::Entry(name) => entry_stats(&archive, name),
+                Item::Encoded(name) => encoded_stats(folder.as_ref().expect("a folder"), name).map(Some),
+            };
+            bar.inc(1);
+            result
+        })
+        .collect();
+    bar.finish_and_clear();
+    let mut tensors = Vec::new();
+    for result in results {
+        if let Some(stats) = result? {
+            tensors.push(stats);
+        }
+    }
+    let flagged: Vec<&TensorStats> = tensors.iter().filter(|stats| stats.suspicious()).collect();
+    let fails = args.check && !flagged.is_empty();
+    if args.json {
+        let value = serde_json::json!({ "path": path.display().to_string(), "tensors": tensors });
+        return Ok((serde_json::to_string(&value).expect("stats serialize") + "\n", fails));
+    }
+    Ok((table(&tensors, &flagged), fails))
+}
+
+/// The statistics of an encoded weight, decoded to f32.
+fn encoded_stats(folder: &QuantizedFolder, name: &str) -> nnx::Result<TensorStats> {
+    let weight = folder.weight(name)?;
+    let encoding = match weight.encoding() {
+        nnx::quantized::WeightEncoding::Affine(spec) => {
+            format!("MLX affine {}-bit/{}", spec.bits, spec.group_size)
+        }
+        nnx::quantized::WeightEncoding::Seed(encoding) => format!("{encoding:?}"),
+        nnx::quantized::WeightEncoding::Float(dtype) => dtype.to_string(),
+    };
+    let decoded = weight.to_float(DType::F32)?;
+    let values = decoded.to_dtype(DType::F64)?.to_vec::<f64>()?;
+    stats_of(name, encoding, decoded.shape().to_vec(), &|visit| {
+        values.chunks(1 << 20).for_each(&mut *visit);
+        Ok(())
+    })
+}
+
+/// The histogram as one character a bin, eight heights.
+fn sparkline(histogram: &[u64]) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let top = histogram.iter().copied().max().unwrap_or(0).max(1);
+    histogram.iter().map(|&count| if count == 0 { ' ' } else { BARS[((count * 7) / top) as usize] }).collect()
+}
+
+fn table(tensors: &[TensorStats], flagged: &[&TensorStats]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<44} {:<10} {:>14} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6} {:>5} {:>5}  histogram",
+        "name", "dtype", "shape", "min", "max", "mean", "std", "absmax", "zero%", "nan", "inf"
+    );
+    for stats in tensors {
+        let name = nnx::text::printable(&stats.name);
+        let _ = writeln!(
+            out,
+            "{name:<44} {:<10} {:>14} {:>11.4e} {:>11.4e} {:>11.4e} {:>11.4e} {:>11.4e} {:>6.2} {:>5} {:>5}  {}",
+            stats.encoding,
+            format!("{:?}", stats.shape),
+            stats.min,
+            stats.max,
+            stats.mean,
+            stats.std,
+            stats.absmax,
+            stats.zero_fraction * 100.0,
+            stats.nans,
+            stats.infs,
+            sparkline(&stats.histogram),
+        );
+    }
+    let values: u64 = tensors.iter().map(|stats| stats.count).sum();
+    let _ = writeln!(out, "total: {} tensors, {values} values", tensors.len());
+    for stats in flagged {
+        let why = if stats.nans > 0 || stats.infs > 0 {
+            format!("{} NaN, {} infinite", stats.nans, stats.infs)
+        } else {
+            "all zeros".to_string()
+        };
+        let _ = writeln!(out, "check: `{}`: {why}", nnx::text::printable(&stats.name));
+    }
+    out
+}

@@ -1,0 +1,172 @@
+//! Statistics of a checkpoint's tensors (`nnx stats`): per tensor the minimum, maximum, mean,
+//! standard deviation, largest magnitude, zero fraction, NaN and infinity counts and a
+//! histogram, accumulated in f64 over the values streamed in chunks (two passes: the second
+//! sums squared deviations from the mean, as numpy's `std` does, and fills the histogram over
+//! the first pass's range), so memory stays bounded by the chunk whatever the tensor's size.
+//! Block-quantized GGUF tensors are decoded a chunk of rows at a time.
+
+use nnx_core::DType;
+use nnx_core::quant::ggml::{GgmlType, dequantize_row};
+
+use crate::archive::Archive;
+use crate::error::{Error, Result};
+
+/// Histogram bins, over `[min, max]` of the finite values.
+pub const BINS: usize = 16;
+
+/// Values decoded per chunk.
+const CHUNK: usize = 1 << 20;
+
+/// The statistics of one tensor.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TensorStats {
+    /// The entry.
+    pub name: String,
+    /// Its dtype (`F32`, `BF16`) or encoding (`Q4_K`, `MLX affine 4-bit`).
+    pub encoding: String,
+    /// Its shape (the values', for an encoded tensor).
+    pub shape: Vec<usize>,
+    /// Values.
+    pub count: u64,
+    /// Smallest finite value (NaN when there is none).
+    pub min: f64,
+    /// Largest finite value.
+    pub max: f64,
+    /// Mean of the finite values.
+    pub mean: f64,
+    /// Population standard deviation of the finite values (numpy's `std`).
+    pub std: f64,
+    /// Largest finite magnitude.
+    pub absmax: f64,
+    /// Fraction of values that are exactly zero.
+    pub zero_fraction: f64,
+    /// NaN values.
+    pub nans: u64,
+    /// Infinite values.
+    pub infs: u64,
+    /// Counts of the finite values in [`BINS`] equal bins over `[min, max]` (the last bin
+    /// closed, as numpy's `histogram`).
+    pub histogram: Vec<u64>,
+}
+
+impl TensorStats {
+    /// Whether the tensor holds NaN or infinite values, or only zeros: what `nnx stats --check`
+    /// flags.
+    pub fn suspicious(&self) -> bool {
+        self.nans > 0 || self.infs > 0 || (self.count > 0 && self.zero_fraction == 1.0)
+    }
+}
+
+/// A source of values: called with a visitor, it gives it the values chunk by chunk.
+pub type Stream<'a> = dyn Fn(&mut dyn FnMut(&[f64])) -> Result<()> + 'a;
+
+/// The statistics of the values that `stream` gives, chunk by chunk (it is called twice).
+///
+/// # Errors
+/// The errors of `stream`.
+pub fn stats_of(
+    name: &str,
+    encoding: String,
+    shape: Vec<usize>,
+    stream: &Stream<'_>,
+) -> Result<TensorStats> {
+    let (mut count, mut finite, mut zeros, mut nans, mut infs) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut min, mut max, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+    stream(&mut |values| {
+        for &value in values {
+            count += 1;
+            if value.is_nan() {
+                nans += 1;
+            } else if value.is_infinite() {
+                infs += 1;
+            } else {
+                finite += 1;
+                zeros += u64::from(value == 0.0);
+                min = min.min(value);
+                max = max.max(value);
+                sum += value;
+            }
+        }
+    })?;
+    let mean = if finite > 0 { sum / finite as f64 } else { f64::NAN };
+    let mut squares = 0f64;
+    let mut histogram = vec![0u64; BINS];
+    let width = max - min;
+    stream(&mut |values| {
+        for &value in values.iter().filter(|value| value.is_finite()) {
+            squares += (value - mean) * (value - mean);
+            // numpy's binning: (x - min) * bins / (max - min), the maximum in the last bin.
+            let bin = if width > 0.0 { ((value - min) * BINS as f64 / width) as usize } else { 0 };
+            histogram[bin.min(BINS - 1)] += 1;
+        }
+    })?;
+    let (min, max) = if finite > 0 { (min, max) } else { (f64::NAN, f64::NAN) };
+    Ok(TensorStats {
+        name: name.to_string(),
+        encoding,
+        shape,
+        count,
+        min,
+        max,
+        mean,
+        std: if finite > 0 { (squares / finite as f64).sqrt() } else { f64::NAN },
+        absmax: if finite > 0 { min.abs().max(max.abs()) } else { f64::NAN },
+        zero_fraction: if count > 0 { zeros as f64 / count as f64 } else { 0.0 },
+        nans,
+        infs,
+        histogram,
+    })
+}
+
+/// The statistics of entry `name` of `archive`: a float entry read from the mapped file, or a
+/// GGUF tensor of any ggml type decoded; `None` for integer and boolean entries.
+///
+/// # Errors
+/// The errors of reading the entry, [`Error::GgmlUnsupported`] for a type without a decoder.
+pub fn entry_stats(archive: &Archive, name: &str) -> Result<Option<TensorStats>> {
+    if let Some(ty) = archive.ggml_type(name)
+        && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+    {
+        let entry = archive.ggml(name)?;
+        let cols = entry.shape.last().copied().unwrap_or(1).max(1);
+        let row_bytes = ty.row_bytes(cols).ok_or(Error::GgmlRow {
+            op: "stats",
+            ty: ty.name(),
+            block_size: ty.block_size(),
+            values: cols,
+            bytes: 0,
+        })?;
+        let bytes = entry.data.contiguous();
+        let bytes = bytes.as_slice::<u8>()?.ok_or(Error::Meta { op: "stats" })?;
+        let rows_per_chunk = (CHUNK / cols).max(1);
+        let stream = |visit: &mut dyn FnMut(&[f64])| -> Result<()> {
+            let mut row = vec![0f32; cols];
+            let mut chunk = Vec::with_capacity(rows_per_chunk * cols);
+            for rows in bytes.chunks(rows_per_chunk * row_bytes) {
+                chunk.clear();
+                for packed in rows.chunks_exact(row_bytes) {
+                    dequantize_row(ty, packed, &mut row)?;
+                    chunk.extend(row.iter().map(|&value| f64::from(value)));
+                }
+                visit(&chunk);
+            }
+            Ok(())
+        };
+        return stats_of(name, ty.name().to_string(), entry.shape.clone(), &stream).map(Some);
+    }
+    let (dtype, shape) = archive.entry_spec(name)?.ok_or(Error::Meta { op: "stats" })?;
+    if !dtype.is_castable_float() {
+        return Ok(None);
+    }
+    let tensor = archive.try_get(name)?;
+    let total: usize = shape.iter().product();
+    let flat = tensor.contiguous().reshape(&[total])?;
+    let stream = |visit: &mut dyn FnMut(&[f64])| -> Result<()> {
+        for start in (0..total).step_by(CHUNK) {
+            let piece = flat.narrow(0, start, CHUNK.min(total - start))?.to_dtype(DType::F64)?;
+            visit(&piece.to_vec::<f64>()?);
+        }
+        Ok(())
+    };
+    stats_of(name, dtype.to_string(), shape, &stream).map(Some)
+}
