@@ -64,12 +64,7 @@ pub type Stream<'a> = dyn Fn(&mut dyn FnMut(&[f64])) -> Result<()> + 'a;
 ///
 /// # Errors
 /// The errors of `stream`.
-pub fn stats_of(
-    name: &str,
-    encoding: String,
-    shape: Vec<usize>,
-    stream: &Stream<'_>,
-) -> Result<TensorStats> {
+pub fn stats_of(name: &str, encoding: String, shape: Vec<usize>, stream: &Stream<'_>) -> Result<TensorStats> {
     let (mut count, mut finite, mut zeros, mut nans, mut infs) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut min, mut max, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
     stream(&mut |values| {
@@ -158,13 +153,23 @@ pub fn entry_stats(archive: &Archive, name: &str) -> Result<Option<TensorStats>>
     if !dtype.is_castable_float() {
         return Ok(None);
     }
-    let tensor = archive.try_get(name)?;
-    let total: usize = shape.iter().product();
-    let flat = tensor.contiguous().reshape(&[total])?;
+    let tensor = archive.try_get(name)?.contiguous();
+    // The values widened chunk by chunk into one buffer, straight from the mapped bytes.
+    fn widened<T: nnx_core::Element + Copy>(values: &[T], widen: impl Fn(T) -> f64, visit: &mut dyn FnMut(&[f64])) {
+        let mut buffer = Vec::with_capacity(CHUNK.min(values.len()));
+        for chunk in values.chunks(CHUNK) {
+            buffer.clear();
+            buffer.extend(chunk.iter().map(|&value| widen(value)));
+            visit(&buffer);
+        }
+    }
     let stream = |visit: &mut dyn FnMut(&[f64])| -> Result<()> {
-        for start in (0..total).step_by(CHUNK) {
-            let piece = flat.narrow(0, start, CHUNK.min(total - start))?.to_dtype(DType::F64)?;
-            visit(&piece.to_vec::<f64>()?);
+        let missing = || Error::Meta { op: "stats" };
+        match dtype {
+            DType::F32 => widened(tensor.as_slice::<f32>()?.ok_or_else(missing)?, f64::from, visit),
+            DType::F16 => widened(tensor.as_slice::<half::f16>()?.ok_or_else(missing)?, f64::from, visit),
+            DType::BF16 => widened(tensor.as_slice::<half::bf16>()?.ok_or_else(missing)?, f64::from, visit),
+            _ => widened(&tensor.to_dtype(DType::F64)?.to_vec::<f64>()?, |value| value, visit),
         }
         Ok(())
     };
