@@ -336,8 +336,9 @@ impl Adapter {
     /// [`Merged::unmerge`] restores them bit for bit.
     ///
     /// # Errors
-    /// [`Error::AdapterMismatch`] listing every module that has no target or a target of
-    /// another shape; a target on a device other than the host.
+    /// [`Error::AdapterMismatch`] listing every module that has no target, a target of
+    /// another shape, or one packed in ggml blocks (merge those into the file with
+    /// [`Adapter::merge_gguf`], or attach the adapter at run time).
     pub fn merge_into<M: Module + ?Sized>(&self, model: &mut M) -> Result<Merged> {
         let (report, targets) = self.plan(model, false);
         if !report.problems.is_empty() {
