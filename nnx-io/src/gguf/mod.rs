@@ -118,7 +118,10 @@ impl GgmlTensor {
 /// Bytes of a tensor of `ty` and `shape`, rows along the last axis.
 fn packed_len(ty: GgmlType, shape: &[usize]) -> Result<usize> {
     let cols = shape.last().copied().unwrap_or(1);
-    let rows: usize = shape[..shape.len().saturating_sub(1)].iter().product();
+    let rows = shape[..shape.len().saturating_sub(1)]
+        .iter()
+        .try_fold(1usize, |count, &extent| count.checked_mul(extent))
+        .ok_or(Error::TooLarge { dtype: DType::U8, shape: shape.to_vec() })?;
     let row_bytes = ty.row_bytes(cols).ok_or(Error::GgmlRow {
         op: "GgmlTensor::quantize",
         ty: ty.name(),
@@ -131,7 +134,11 @@ fn packed_len(ty: GgmlType, shape: &[usize]) -> Result<usize> {
 
 /// The f32 tensor of `shape` that `bytes` of `ty` hold.
 fn decode(ty: GgmlType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
-    let values: usize = shape.iter().product();
+    // A hostile shape may overflow before a zero extent makes it empty: counted checked.
+    let values = shape
+        .iter()
+        .try_fold(1usize, |count, &extent| count.checked_mul(extent))
+        .ok_or(Error::TooLarge { dtype: DType::F32, shape: shape.to_vec() })?;
     let mut out = Vec::new();
     out.try_reserve_exact(values)
         .map_err(|_| Error::Allocation { op: "decoding a GGUF tensor", bytes: values.saturating_mul(4) })?;
