@@ -60,7 +60,7 @@ fn adapter(config: &LlamaConfig, seed: u64) -> Adapter {
             let seed = seed * 1000 + (layer * 7 + index) as u64;
             modules.push(LoraModule {
                 source: format!("model.layers.{layer}.{name}"),
-                kind: LoraKind::Linear,
+                kind: LoraKind::Projection,
                 a: Tensor::from_vec(values(RANK * input, seed), &[RANK, *input]).expect("A"),
                 b: Tensor::from_vec(values(output * RANK, seed + 1), &[*output, RANK]).expect("B"),
                 scale: 2.0,

@@ -95,9 +95,9 @@ fn inspect(adapter: &Adapter) -> Result<String, CliError> {
     let _ = writeln!(out, "{:<56} {:>9} {:>4} {:>9}  extra", "module", "kind", "r", "scale");
     for module in &adapter.modules {
         let kind = match module.kind {
-            LoraKind::Linear if module.fan_in_fan_out => "linear^T",
-            LoraKind::Linear => "linear",
-            LoraKind::Embedding => "embedding",
+            LoraKind::Projection if module.fan_in_fan_out => "linear^T",
+            LoraKind::Projection => "linear",
+            LoraKind::Lookup => "embedding",
         };
         let mut extra = Vec::new();
         if module.magnitude.is_some() {

@@ -46,11 +46,11 @@ impl AdapterFormat {
 /// What an adapted module is: its weight multiplies inputs, or is a lookup table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoraKind {
-    /// A linear layer: `W [out, in] += s * B A`.
-    Linear,
-    /// An embedding: `E [num_embeddings, dim] += s * (B A)ᵀ`, with `A [r, num_embeddings]`
-    /// and `B [dim, r]` (PEFT's `lora_embedding_A` and `lora_embedding_B`).
-    Embedding,
+    /// A projection (linear layer): `W [out, in] += s * B A`.
+    Projection,
+    /// A lookup table (embedding): `E [num_embeddings, dim] += s * (B A)ᵀ`, with `A [r,
+    /// num_embeddings]` and `B [dim, r]` (PEFT's `lora_embedding_A` and `lora_embedding_B`).
+    Lookup,
 }
 
 /// The factors of one adapted module.
@@ -110,8 +110,8 @@ impl LoraModule {
     /// Whether the base stores the weight as `(B A)ᵀ`: `fan_in_fan_out`, and embeddings.
     fn transposed(&self) -> bool {
         match self.kind {
-            LoraKind::Linear => self.fan_in_fan_out,
-            LoraKind::Embedding => true,
+            LoraKind::Projection => self.fan_in_fan_out,
+            LoraKind::Lookup => true,
         }
     }
 
@@ -192,7 +192,7 @@ impl Adapter {
         }
         let fan_in_fan_out = self.modules.iter().any(|module| module.fan_in_fan_out);
         if let Some(other) =
-            self.modules.iter().find(|m| m.fan_in_fan_out != fan_in_fan_out && m.kind == LoraKind::Linear)
+            self.modules.iter().find(|m| m.fan_in_fan_out != fan_in_fan_out && m.kind == LoraKind::Projection)
         {
             return Err(problem(
                 &self.path,
@@ -221,8 +221,8 @@ impl Adapter {
             }
             let stem = format!("{PEFT_PREFIX}{}", module.source);
             let (a, b) = match module.kind {
-                LoraKind::Linear => ("lora_A.weight", "lora_B.weight"),
-                LoraKind::Embedding => ("lora_embedding_A", "lora_embedding_B"),
+                LoraKind::Projection => ("lora_A.weight", "lora_B.weight"),
+                LoraKind::Lookup => ("lora_embedding_A", "lora_embedding_B"),
             };
             archive.insert(format!("{stem}.{a}"), module.a.clone());
             archive.insert(format!("{stem}.{b}"), module.b.clone());
@@ -637,7 +637,7 @@ impl Adapter {
         for module in &self.modules {
             let source = format!("{}.weight", module.source);
             let only_merges = match (module.kind, &module.magnitude) {
-                (LoraKind::Embedding, _) => Some("an embedding's factors are merged, not applied at run time"),
+                (LoraKind::Lookup, _) => Some("an embedding's factors are merged, not applied at run time"),
                 (_, Some(_)) => Some("DoRA normalises the merged weight's rows: merge it instead"),
                 _ => None,
             };
@@ -1236,14 +1236,14 @@ fn read_peft(dir: &Path, config: Value) -> Result<Adapter> {
         }
         let alpha = pattern_value(config.get("alpha_pattern"), &stem).unwrap_or(alpha);
         let scale = if rslora { alpha / (r as f64).sqrt() } else { alpha / r as f64 } as f32;
-        let kind = if parts.embedding { LoraKind::Embedding } else { LoraKind::Linear };
+        let kind = if parts.embedding { LoraKind::Lookup } else { LoraKind::Projection };
         modules.push(LoraModule {
             source: stem,
             kind,
             a,
             b,
             scale,
-            fan_in_fan_out: fan_in_fan_out && kind == LoraKind::Linear,
+            fan_in_fan_out: fan_in_fan_out && kind == LoraKind::Projection,
             magnitude: parts.magnitude,
             bias: parts.bias,
         });
@@ -1296,7 +1296,7 @@ fn read_mlx(dir: &Path, config: Value) -> Result<Adapter> {
         }
         modules.push(LoraModule {
             source: stem.to_string(),
-            kind: LoraKind::Linear,
+            kind: LoraKind::Projection,
             a: a.transpose(0, 1)?.contiguous(),
             b: b.transpose(0, 1)?.contiguous(),
             scale,
@@ -1355,7 +1355,7 @@ fn read_gguf(path: &Path) -> Result<Adapter> {
         let scale = if alpha == 0.0 { 1.0 } else { (alpha / r as f64) as f32 };
         modules.push(LoraModule {
             source: stem.to_string(),
-            kind: LoraKind::Linear,
+            kind: LoraKind::Projection,
             a,
             b,
             scale,

@@ -82,6 +82,7 @@ impl<L> LoraLinear<L> {
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl<D: Device, L: Module<D>> Module<D> for LoraLinear<L> {
     // The walk is the base layer's: the model imports and saves as it would without adapters.
     fn walk(&self, visitor: &mut dyn crate::Visitor<D>) {

@@ -155,7 +155,7 @@ fn peft_features_are_read_from_the_files() {
     }
     let embed = Adapter::open(case("llama-embed")).unwrap();
     let table = embed.modules.iter().find(|module| module.source == "model.embed_tokens").unwrap();
-    assert_eq!((table.kind, table.a.shape(), table.b.shape()), (LoraKind::Embedding, &[4, 320][..], &[64, 4][..]));
+    assert_eq!((table.kind, table.a.shape(), table.b.shape()), (LoraKind::Lookup, &[4, 320][..], &[64, 4][..]));
     assert_eq!(embed.saved.keys().collect::<Vec<_>>(), ["lm_head.weight", "model.embed_tokens.weight"]);
     let gpt2 = Adapter::open(case("gpt2-conv1d")).unwrap();
     assert!(gpt2.modules.iter().all(|module| module.fan_in_fan_out));
