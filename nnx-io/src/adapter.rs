@@ -534,7 +534,7 @@ impl Adapter {
                             "is missing from the base's metadata: it counts the rotary groups of q and k",
                         )
                     })?;
-                    module.b = permute_rope_rows(&module.b, heads as usize)?;
+                    module.b = crate::import::reorder_rope_rows(&module.b, heads as usize, true)?;
                 }
             }
             module.source = target.strip_suffix(".weight").unwrap_or(target).to_string();
@@ -900,26 +900,6 @@ fn through_ops(delta: &Tensor, ops: &[ImportOp]) -> std::result::Result<Tensor, 
         };
     }
     Ok(if tensor.is_meta() { tensor } else { tensor.contiguous() })
-}
-
-/// `tensor`'s rows in llama.cpp's rotary order: each of `heads` groups of rows read as `[2,
-/// half]` (transformers' order) is stored as `[half, 2]` pairs.
-fn permute_rope_rows(tensor: &Tensor, heads: usize) -> Result<Tensor> {
-    let rows = tensor.shape()[0];
-    let width = tensor.len() / rows.max(1);
-    let half = rows / (2 * heads).max(1);
-    let values = tensor.to_vec::<f32>()?;
-    let mut out = vec![0f32; values.len()];
-    for group in 0..heads {
-        for pair in 0..2 {
-            for i in 0..half {
-                let from = (group * 2 * half + pair * half + i) * width;
-                let to = (group * 2 * half + i * 2 + pair) * width;
-                out[to..to + width].copy_from_slice(&values[from..from + width]);
-            }
-        }
-    }
-    Tensor::from_vec(out, tensor.shape())
 }
 
 /// The names of `stem`'s MLX affine streams (`weight` U32 with `scales` and `biases`), when

@@ -4,16 +4,18 @@
 //! anything (the base weights are never touched, so switching is exact).
 //!
 //! ```no_run
-//! # fn main() -> nnx::Result<()> {
 //! use nnx::adapter::Adapter;
+//! use nnx::models::Dense;
 //! use nnx::models::llama::Llama;
 //! use nnx::models::lora::{Lora, LoraLayers};
-//! # let base: Llama = unimplemented!();
-//! let (chat, code) = (Adapter::open("chat-adapter")?, Adapter::open("code-adapter")?);
-//! let layers = LoraLayers::new(&base, &[&chat, &code], false)?;
-//! let model = base.map_weights::<Lora<nnx::models::Dense>>(|path, layer| Ok(layers.layer(path, layer)))?;
-//! layers.switches().set(1, 0.0); // the code adapter off, the chat one on
-//! # Ok(()) }
+//!
+//! fn chat_and_code(base: &Llama) -> nnx::Result<Llama<nnx::Host, Lora<Dense>>> {
+//!     let (chat, code) = (Adapter::open("chat-adapter")?, Adapter::open("code-adapter")?);
+//!     let layers = LoraLayers::new(base, &[&chat, &code], false)?;
+//!     let model = base.map_weights::<Lora<Dense>>(|path, layer| Ok(layers.layer(path, layer)))?;
+//!     layers.switches().set(1, 0.0); // the code adapter off, the chat one on
+//!     Ok(model)
+//! }
 //! ```
 
 use std::collections::HashMap;

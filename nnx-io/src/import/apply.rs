@@ -53,6 +53,13 @@ fn entry_box(
 /// of `heads` groups of rotary rows as `[half, 2]` pairs, the model as `[2, half]`. Rows are
 /// moved whole, so packed rows of ggml blocks move as well as rows of floats.
 pub(super) fn unpermute_rope_rows(tensor: &Tensor, heads: usize) -> Result<Tensor> {
+    reorder_rope_rows(tensor, heads, false)
+}
+
+/// `tensor`'s rows moved between the two rotary orders: into the model's `[2, half]` groups
+/// (`to_stored` false), or into llama.cpp's stored `[half, 2]` pairs (`to_stored` true, what
+/// its converter does to a transformers weight).
+pub(crate) fn reorder_rope_rows(tensor: &Tensor, heads: usize, to_stored: bool) -> Result<Tensor> {
     let rows = tensor.shape().first().copied().unwrap_or(0);
     let half = rows / (2 * heads).max(1);
     let bytes = tensor.contiguous().to_bytes()?.into_owned();
@@ -61,8 +68,9 @@ pub(super) fn unpermute_rope_rows(tensor: &Tensor, heads: usize) -> Result<Tenso
     for group in 0..heads {
         for pair in 0..2 {
             for i in 0..half {
-                let to = (group * 2 * half + pair * half + i) * row_bytes;
-                let from = (group * 2 * half + i * 2 + pair) * row_bytes;
+                let model = (group * 2 * half + pair * half + i) * row_bytes;
+                let stored = (group * 2 * half + i * 2 + pair) * row_bytes;
+                let (to, from) = if to_stored { (stored, model) } else { (model, stored) };
                 out[to..to + row_bytes].copy_from_slice(&bytes[from..from + row_bytes]);
             }
         }

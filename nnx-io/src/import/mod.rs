@@ -7,6 +7,8 @@
 //! layout; this file holds the options and the report.
 
 mod apply;
+
+pub(crate) use apply::reorder_rope_rows;
 mod export;
 mod plan;
 
