@@ -14,7 +14,7 @@ use nnx::nn::Init;
 use nnx::{Archive, DType, ImportOp, Naming, Tensor};
 use serde_json::Value;
 
-use crate::util::{fixtures, max_abs_diff};
+use crate::util::{fixtures, floats, ids, max_abs_diff};
 
 fn case(name: &str) -> PathBuf {
     fixtures().join("lora").join(name)
@@ -22,20 +22,6 @@ fn case(name: &str) -> PathBuf {
 
 fn expected(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(case(name).join("expected.json")).unwrap()).unwrap()
-}
-
-fn floats(value: &Value) -> Vec<f32> {
-    value
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|row| row.as_array().unwrap())
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn ids(value: &Value) -> Vec<u32> {
-    value.as_array().unwrap().iter().map(|id| id.as_u64().unwrap() as u32).collect()
 }
 
 /// The llama3 fixture's folder in f32 (the base the PEFT goldens were merged into).

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use nnx::models::CausalLm;
 use serde_json::Value;
 
-use crate::util::{fixtures, max_abs_diff};
+use crate::util::{fixtures, floats, ids, max_abs_diff};
 
 const CASES: [&str; 5] = ["llama3", "mistral", "qwen2", "qwen3", "gemma3"];
 
@@ -19,20 +19,6 @@ fn case(name: &str) -> PathBuf {
 
 fn json(path: PathBuf) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-fn floats(value: &Value) -> Vec<f32> {
-    value
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|row| row.as_array().unwrap())
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn ids(value: &Value) -> Vec<u32> {
-    value.as_array().unwrap().iter().map(|id| id.as_u64().unwrap() as u32).collect()
 }
 
 /// All-position logits of `file` in `case` for the reference ids.

@@ -204,3 +204,19 @@ pub fn run_nnx_bounded<S: AsRef<std::ffi::OsStr>>(
         timed_out,
     }
 }
+
+/// A JSON array of rows of numbers (reference logits), row after row, as f32.
+pub fn floats(value: &serde_json::Value) -> Vec<f32> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.as_array().unwrap())
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// A JSON array of token ids.
+pub fn ids(value: &serde_json::Value) -> Vec<u32> {
+    value.as_array().unwrap().iter().map(|id| id.as_u64().unwrap() as u32).collect()
+}
