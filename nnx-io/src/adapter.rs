@@ -1104,6 +1104,24 @@ fn pattern_value(patterns: Option<&Value>, module: &str) -> Option<f64> {
     })
 }
 
+/// The rank `r` of the factors `A` `[r, in]` and `B` `[out, r]` read from `path`, or the error
+/// naming both entries when they are not such a pair.
+fn factor_rank(path: &Path, (a_name, a): (&str, &Tensor), (b_name, b): (&str, &Tensor)) -> Result<usize> {
+    let r = a.shape().first().copied().unwrap_or(0);
+    if a.rank() != 2 || b.rank() != 2 || b.shape()[1] != r || r == 0 {
+        return Err(problem(
+            path,
+            b_name,
+            &format!(
+                "is {:?} beside `{a_name}` {:?}: expected `A` [r, in] and `B` [out, r] of the same rank r",
+                b.shape(),
+                a.shape()
+            ),
+        ));
+    }
+    Ok(r)
+}
+
 /// A PEFT folder.
 fn read_peft(dir: &Path, config: Value) -> Result<Adapter> {
     let config_path = dir.join("adapter_config.json");
@@ -1192,18 +1210,7 @@ fn read_peft(dir: &Path, config: Value) -> Result<Adapter> {
         let (Some((a_name, a)), Some((b_name, b))) = (parts.a, parts.b) else {
             return Err(problem(&file, &stem, "has only one of `lora_A` and `lora_B`: the file is incomplete"));
         };
-        let r = a.shape().first().copied().unwrap_or(0);
-        if a.rank() != 2 || b.rank() != 2 || b.shape()[1] != r || r == 0 {
-            return Err(problem(
-                &file,
-                &b_name,
-                &format!(
-                    "is {:?} beside `{a_name}` {:?}: expected `A` [r, in] and `B` [out, r] of the same rank r",
-                    b.shape(),
-                    a.shape()
-                ),
-            ));
-        }
+        let r = factor_rank(&file, (&a_name, &a), (&b_name, &b))?;
         let configured = pattern_value(config.get("rank_pattern"), &stem).unwrap_or(rank);
         if configured as usize != r {
             return Err(problem(
@@ -1323,14 +1330,7 @@ fn read_gguf(path: &Path) -> Result<Adapter> {
         }
         let a = f32_of(archive.ggml(&a_name)?.dequantize()?)?;
         let b = f32_of(archive.ggml(&b_name)?.dequantize()?)?;
-        let r = a.shape().first().copied().unwrap_or(0);
-        if a.rank() != 2 || b.rank() != 2 || b.shape()[1] != r || r == 0 {
-            return Err(problem(
-                path,
-                &b_name,
-                &format!("is {:?} beside `{a_name}` {:?}: expected [r, in] and [out, r]", b.shape(), a.shape()),
-            ));
-        }
+        let r = factor_rank(path, (&a_name, &a), (&b_name, &b))?;
         // llama.cpp scales by alpha / r, or by 1 when the file gives no alpha.
         let scale = if alpha == 0.0 { 1.0 } else { (alpha / r as f64) as f32 };
         modules.push(LoraModule {
