@@ -2,7 +2,9 @@
 # Installs what the test suite compares against, once, into a cache outside the repository:
 # a Python virtual environment with the reference `safetensors` package, numpy, ml_dtypes and
 # `huggingface_hub` (the Hub client whose cache nnx shares), and `moto[server]` (an
-# S3-compatible server the remote-archive tests start on loopback).
+# S3-compatible server the remote-archive tests start on loopback); Debian's packages for the
+# GPU tests (Mesa's software Vulkan driver), the memory measurements (GNU time) and the page
+# tests (Chromium).
 # Set NNX_CACHE to choose the cache folder (default: ~/.cache/nnx).
 set -euo pipefail
 
@@ -21,6 +23,14 @@ if [ ! -x /usr/bin/time ] && command -v apt-get >/dev/null; then
   echo "installing GNU time"
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
   $sudo apt-get install -y -q time >/dev/null || echo "could not install GNU time: peak memory figures are upper bounds" >&2
+fi
+# The page tests open `nnx inspect --html` pages in headless Chromium.
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+  echo "installing Chromium (Debian's chromium) for the page tests"
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  if ! { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q chromium >/dev/null; }; then
+    echo "could not install chromium: the page tests skip without it (and fail under CI)" >&2
+  fi
 fi
 # CI type-checks the Apple code (Metal, no-copy buffers) by building for Apple silicon.
 if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx aarch64-apple-darwin; then

@@ -79,7 +79,7 @@ pub use nnx_io::stats;
 pub use nnx_io::text;
 pub use nnx_io::{
     Archive, EntryInfo, EntryLocation, HookContext, ImportHook, ImportOptions, ImportPlan, ImportReport, PAGE_BYTES,
-    SaveOptions, TensorParallel, quantized, sniff,
+    PlanRow, SaveOptions, TensorParallel, quantized, sniff,
 };
 
 /// The error of every nnx operation, from a tensor operation to a Hub download.

@@ -1,8 +1,12 @@
-//! `nnx inspect PATH [--json]`: names, dtypes, shapes, bytes, offsets, metadata and totals of
-//! a SafeTensors file, shard index, folder or GGUF file (with each tensor's ggml type and bits
-//! per weight), from headers alone. Names and metadata come from
+//! `nnx inspect PATH [--json | --html OUT.html]`: names, dtypes, shapes, bytes, offsets,
+//! metadata and totals of a SafeTensors file, shard index, folder or GGUF file (with each
+//! tensor's ggml type and bits per weight), from headers alone. Names and metadata come from
 //! the file and are printed escaped ([`nnx::text::printable`]); the JSON form escapes them as
 //! JSON does.
+//!
+//! `--json` and `--html` give the whole report ([`crate::report`]): files with sha256, types
+//! and bits per weight, the quantization map, metadata, a memory plan, and with `--stats` and
+//! `--model ARCH` the statistics and the import plan; `--html` draws it as one offline page.
 
 use std::path::{Path, PathBuf};
 
@@ -13,24 +17,55 @@ use crate::common::{CliError, open_archive};
 
 /// The arguments of `nnx inspect`.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("report").args(["json", "html"]).multiple(true)))]
 pub struct Args {
-    /// A `.safetensors` file, a shard index (`*.index.json`), a folder or an `hf://` path.
+    /// A `.safetensors` file, a shard index (`*.index.json`), a folder, a GGUF file, a PyTorch
+    /// checkpoint or an `hf://` path.
     path: PathBuf,
-    /// Print one JSON object instead of a table.
+    /// Print the whole report as one JSON object (the data the `--html` page shows).
     #[arg(long)]
     json: bool,
+    /// Write the report as one self-contained HTML page (style, script and data inline; it
+    /// opens from disk and fetches nothing).
+    #[arg(long, value_name = "OUT.html")]
+    html: Option<PathBuf>,
+    /// Add every tensor's statistics (min, max, mean, std, histogram, outliers): reads every
+    /// value.
+    #[arg(long, requires = "report")]
+    stats: bool,
+    /// Add the import plan into this architecture: llama, mistral, qwen2, qwen3, gemma3,
+    /// gpt2 or bert (shaped by the files' own config).
+    #[arg(long, value_name = "ARCH", requires = "report")]
+    model: Option<String>,
+    /// The memory plan's context length (default: the model's, at most 4096).
+    #[arg(long, value_name = "N", requires = "report")]
+    ctx: Option<usize>,
+    /// The memory plan's batch.
+    #[arg(long, value_name = "B", default_value_t = 1, requires = "report")]
+    batch: usize,
 }
 
-/// Lists what the path holds, as a table or one JSON object.
+/// Lists what the path holds, as a table, one JSON object or a page.
 pub fn run(args: Args) -> Result<String, CliError> {
-    let Args { path, json } = args;
-    let (path, archive) = open_archive(path)?;
+    let Args { path: source, json, html, stats, model, ctx, batch } = args;
+    let (path, archive) = open_archive(source.clone())?;
+    if json || html.is_some() {
+        let options = crate::report::Options { stats, model, ctx, batch, progress: html.is_some() };
+        let report = crate::report::build(&source, &path, &archive, &options)?;
+        let Some(out) = html else { return Ok(report.to_string() + "\n") };
+        let page = crate::page::render(&report);
+        write_page(&out, &page)?;
+        return Ok(format!(
+            "wrote {} ({}): {} entries, {}\n",
+            out.display(),
+            human_bytes(page.len()),
+            report["count"],
+            human_bytes(report["total_bytes"].as_u64().unwrap_or(0) as usize)
+        ));
+    }
     let path: &Path = &path;
     let entries: Vec<EntryInfo> = archive.names().map(|name| archive.info(name)).collect::<nnx::Result<_>>()?;
     let total: usize = entries.iter().map(|entry| entry.bytes).sum();
-    if json {
-        return Ok(inspect_json(path, &archive, &entries, total) + "\n");
-    }
     let mut out = format!("{}: {} entries, {}\n", path.display(), entries.len(), human_bytes(total));
     if !archive.metadata().is_empty() {
         out.push_str("metadata:\n");
@@ -83,36 +118,19 @@ pub fn run(args: Args) -> Result<String, CliError> {
     Ok(out)
 }
 
-fn inspect_json(path: &Path, archive: &Archive, entries: &[EntryInfo], total: usize) -> String {
-    let entries: Vec<serde_json::Value> = entries
-        .iter()
-        .map(|entry| {
-            let mut value = serde_json::json!({
-                "name": entry.name,
-                "dtype": entry.dtype.to_string(),
-                "shape": entry.shape,
-                "bytes": entry.bytes,
-            });
-            if let Some(ty) = archive.ggml_type(&entry.name) {
-                value["ggml_type"] = serde_json::json!(ty.name());
-                value["bits_per_weight"] = serde_json::json!(ty.bits_per_weight());
-            }
-            if let Some(location) = &entry.location {
-                value["data_offsets"] = serde_json::json!([location.data_offsets.0, location.data_offsets.1]);
-                value["file_offset"] = serde_json::json!(location.file_offset);
-                value["file"] = serde_json::json!(location.path.to_string_lossy());
-            }
-            value
-        })
-        .collect();
-    serde_json::json!({
-        "path": path.to_string_lossy(),
-        "metadata": archive.metadata(),
-        "entries": entries,
-        "count": entries.len(),
-        "total_bytes": total,
-    })
-    .to_string()
+/// Writes the page beside its final name, then renames it, so that a failed write leaves no
+/// half page.
+fn write_page(out: &Path, page: &str) -> Result<(), CliError> {
+    let mut partial = out.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| nnx::Error::Io { action, path, source }
+    };
+    std::fs::write(&partial, page).map_err(io("write", &partial))?;
+    std::fs::rename(&partial, out).map_err(io("rename", out))?;
+    Ok(())
 }
 
 fn human_bytes(bytes: usize) -> String {

@@ -37,9 +37,22 @@ enum Item {
 /// The report, and whether `--check` fails.
 pub fn run(args: Args) -> Result<(String, bool), CliError> {
     let (path, archive) = open_archive(args.path)?;
+    let tensors = collect(&path, &archive, !args.json)?;
+    let flagged: Vec<&TensorStats> = tensors.iter().filter(|stats| stats.suspicious()).collect();
+    let fails = args.check && !flagged.is_empty();
+    if args.json {
+        let value = serde_json::json!({ "path": path.display().to_string(), "tensors": tensors });
+        return Ok((serde_json::to_string(&value).expect("stats serialize") + "\n", fails));
+    }
+    Ok((table(&tensors, &flagged), fails))
+}
+
+/// The statistics of every tensor of `archive` (opened from `path`), in entry order, the
+/// weights of a quantized folder decoded as wholes; a progress bar on stderr with `bar`.
+pub fn collect(path: &std::path::Path, archive: &nnx::Archive, bar: bool) -> Result<Vec<TensorStats>, CliError> {
     // A quantized folder's weights are decoded as wholes; their streams are not tensors.
     let folder = if path.is_dir() && archive.names().any(|name| name.ends_with(".scales") || name.ends_with(".seeds")) {
-        Some(QuantizedFolder::open(&path)?)
+        Some(QuantizedFolder::open(path)?)
     } else {
         None
     };
@@ -54,12 +67,12 @@ pub fn run(args: Args) -> Result<(String, bool), CliError> {
         }
     }
     items.extend(archive.names().filter(|name| !streams.contains(*name)).map(|name| Item::Entry(name.to_string())));
-    let bar = if args.json { indicatif::ProgressBar::hidden() } else { progress_bar(items.len() as u64, "tensors") };
+    let bar = if bar { progress_bar(items.len() as u64, "tensors") } else { indicatif::ProgressBar::hidden() };
     let results: Vec<Result<Option<TensorStats>, nnx::Error>> = items
         .par_iter()
         .map(|item| {
             let result = match item {
-                Item::Entry(name) => entry_stats(&archive, name),
+                Item::Entry(name) => entry_stats(archive, name),
                 Item::Encoded(name) => encoded_stats(folder.as_ref().expect("a folder"), name).map(Some),
             };
             bar.inc(1);
@@ -73,31 +86,28 @@ pub fn run(args: Args) -> Result<(String, bool), CliError> {
             tensors.push(stats);
         }
     }
-    let flagged: Vec<&TensorStats> = tensors.iter().filter(|stats| stats.suspicious()).collect();
-    let fails = args.check && !flagged.is_empty();
-    if args.json {
-        let value = serde_json::json!({ "path": path.display().to_string(), "tensors": tensors });
-        return Ok((serde_json::to_string(&value).expect("stats serialize") + "\n", fails));
-    }
-    Ok((table(&tensors, &flagged), fails))
+    Ok(tensors)
 }
 
 /// The statistics of an encoded weight, decoded to f32.
 fn encoded_stats(folder: &QuantizedFolder, name: &str) -> nnx::Result<TensorStats> {
     let weight = folder.weight(name)?;
-    let encoding = match weight.encoding() {
-        nnx::quantized::WeightEncoding::Affine(spec) => {
-            format!("MLX affine {}-bit/{}", spec.bits, spec.group_size)
-        }
-        nnx::quantized::WeightEncoding::Seed(encoding) => format!("{encoding:?}"),
-        nnx::quantized::WeightEncoding::Float(dtype) => dtype.to_string(),
-    };
+    let encoding = encoding_name(weight.encoding());
     let decoded = weight.to_float(DType::F32)?;
     let values = decoded.to_dtype(DType::F64)?.to_vec::<f64>()?;
     stats_of(name, encoding, decoded.shape().to_vec(), &|visit| {
         values.chunks(1 << 20).for_each(&mut *visit);
         Ok(())
     })
+}
+
+/// How an encoding is named in reports: `MLX affine 4-bit/64`, `Seed4`, or the dtype.
+pub fn encoding_name(encoding: nnx::quantized::WeightEncoding) -> String {
+    match encoding {
+        nnx::quantized::WeightEncoding::Affine(spec) => format!("MLX affine {}-bit/{}", spec.bits, spec.group_size),
+        nnx::quantized::WeightEncoding::Seed(encoding) => format!("{encoding:?}"),
+        nnx::quantized::WeightEncoding::Float(dtype) => dtype.to_string(),
+    }
 }
 
 /// The histogram as one character a bin, eight heights.

@@ -34,7 +34,8 @@ pub use error::{
     RemoteProblem, Result, ShardProblem, TorchProblem, UnsavableProblem, ZipRecordProblem,
 };
 pub use import::{
-    HookContext, ImportError, ImportHook, ImportOptions, ImportPlan, ImportProblem, ImportReport, TensorParallel,
+    HookContext, ImportError, ImportHook, ImportOptions, ImportPlan, ImportProblem, ImportReport, PlanRow,
+    TensorParallel,
 };
 pub use safetensors::header::HeaderProblem;
 pub use safetensors::write::{PAGE_BYTES, SaveOptions};

@@ -695,3 +695,118 @@ fn unknown_architecture(path: &Path, key: &str, found: &str) -> Error {
         ),
     )
 }
+
+/// The import plan of `source` (as [`load`] takes it) into the model nnx builds for
+/// `architecture` (the files' own when `None`: `general.architecture` or `model_type`; `bert`
+/// too, which nnx encodes with rather than runs), from
+/// headers alone: each model tensor's entry and the renames, transposes, splits, rotary
+/// permutations and ties on the way, and every missing, unexpected or mismatched tensor. A
+/// GGUF file is planned into the dense model (its blocks read as the floats they decode to);
+/// a folder into the model [`load`] builds for it, MLX affine or SEED layers included.
+///
+/// Returns the architecture planned for and the plan.
+///
+/// # Errors
+/// [`Error::Config`] for an architecture nnx does not build or a config it cannot read; the
+/// errors of opening the files. Problems with the mapping are in the plan.
+pub fn import_plan(source: &str, architecture: Option<&str>) -> Result<(String, crate::ImportPlan)> {
+    let files = Files::open(source)?;
+    let archive = &files.archive;
+    if let Some(metadata) = archive.gguf_metadata() {
+        let tied = !archive.contains("output.weight");
+        let architecture = architecture.or(metadata.architecture()).unwrap_or_default().to_string();
+        let plan = match architecture.as_str() {
+            "llama" | "mistral" => {
+                let mut dense = Llama::new(&LlamaConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                if let Some((_, shape)) = archive.entry_spec("rope_freqs.weight")? {
+                    dense.rope_freqs = Some(Tensor::meta(DType::F32, &shape));
+                }
+                archive.import_plan(&dense, "")?
+            }
+            "qwen2" | "qwen3" => archive.import_plan(
+                &Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta),
+                "",
+            )?,
+            "gemma3" => archive.import_plan(
+                &Gemma3::new(&Gemma3Config::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta),
+                "",
+            )?,
+            other => return Err(unknown_architecture(&files.path, "`general.architecture`", other)),
+        };
+        return Ok((architecture, plan));
+    }
+    let config_path = files.path.join("config.json");
+    let value: serde_json::Value = super::read_config(&config_path, |_, _| Ok(()))?;
+    let model_type = value.get("model_type").and_then(|kind| kind.as_str()).unwrap_or_default();
+    let architecture = architecture.unwrap_or(model_type).to_string();
+    let kind = files.folder_kind(&value)?;
+    let plan = match architecture.as_str() {
+        "llama" | "mistral" => files.plan_folder(
+            Llama::new(&LlamaConfig::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta),
+            kind,
+            |dense, f| dense.map_weights::<Affine>(f),
+            |dense, f| dense.map_weights::<Seed>(f),
+        )?,
+        "qwen2" | "qwen3" => files.plan_folder(
+            Qwen::new(&QwenConfig::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta),
+            kind,
+            |dense, f| dense.map_weights::<Affine>(f),
+            |dense, f| dense.map_weights::<Seed>(f),
+        )?,
+        "gemma3_text" | "gemma3" => files.plan_folder(
+            Gemma3::new(&Gemma3Config::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta),
+            kind,
+            |dense, f| dense.map_weights::<Affine>(f),
+            |dense, f| dense.map_weights::<Seed>(f),
+        )?,
+        "gpt2" => archive
+            .import_plan(&Gpt2::new(&Gpt2Config::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta), "")?,
+        "bert" => archive.import_plan(
+            &super::bert::Bert::new(
+                &super::bert::BertConfig::from_file(&config_path)?,
+                kind.dtype(),
+                crate::nn::Init::Meta,
+            ),
+            "",
+        )?,
+        other => return Err(unknown_architecture(&config_path, "`model_type`", other)),
+    };
+    Ok((architecture, plan))
+}
+
+impl Files {
+    /// The plan of importing into `dense`, or into the MLX affine or SEED layers over it, as
+    /// [`Files::assemble`] builds them.
+    #[allow(clippy::type_complexity)]
+    fn plan_folder<M: Module, A: Module, S: Module>(
+        &self,
+        dense: M,
+        kind: Kind,
+        affine: impl FnOnce(&M, &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<A>,
+        seed: impl FnOnce(&M, &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<S>,
+    ) -> Result<crate::ImportPlan> {
+        match kind {
+            Kind::Seed => {
+                let folder = QuantizedFolder::open(&self.path)?;
+                let stems = Stems::new(&dense, Naming::Transformers);
+                let packed = seed(&dense, &|path: &str, _: &Linear| folder.seed_linear(&stems.of(path)))?;
+                self.archive.import_plan_with(&packed, "", &self.quantized_embedding()?)
+            }
+            Kind::Affine(spec) => {
+                let scales = self
+                    .archive
+                    .names()
+                    .find(|name| name.ends_with(".scales"))
+                    .and_then(|name| self.archive.entry_spec(name).ok().flatten())
+                    .map_or(DType::BF16, |(dtype, _)| dtype);
+                let meta = |_: &str, linear: &Linear| {
+                    let [out, features] = linear.weight.shape() else { unreachable!("a linear weight is 2-D") };
+                    QuantizedLinear::meta(*features, *out, linear.bias.is_some(), spec, scales)
+                };
+                let quantized = affine(&dense, &meta)?;
+                self.archive.import_plan_with(&quantized, "", &self.quantized_embedding()?)
+            }
+            Kind::Dense(_) => self.archive.import_plan(&dense, ""),
+        }
+    }
+}

@@ -14,7 +14,7 @@ pub mod qwen;
 pub mod sentence;
 
 #[cfg(feature = "text")]
-pub use load::{LoadedModel, load, load_with_adapters};
+pub use load::{LoadedModel, import_plan, load, load_with_adapters};
 #[cfg(all(feature = "text", feature = "gpu"))]
 pub use load::{load_on, load_on_with_adapters};
 

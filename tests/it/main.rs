@@ -26,6 +26,7 @@ mod load_errors;
 mod loopback;
 mod minilm;
 mod models;
+mod page;
 mod pretrained;
 mod python;
 mod quant_affine;

@@ -19,7 +19,7 @@ use nnx_core::{DType, Device, LoadError, Naming, Placement, Problem, Tensor};
 use crate::archive::Archive;
 use crate::error::Result;
 
-pub use plan::ImportPlan;
+pub use plan::{ImportPlan, PlanRow};
 
 /// Code that supplies one model tensor from the archive, for mappings the attributes cannot
 /// express (a permutation of attention heads, say). It gets the archive and what the model

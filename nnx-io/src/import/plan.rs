@@ -318,7 +318,82 @@ impl Planner<'_> {
     }
 }
 
+/// One model tensor of an [`ImportPlan`] as data: what `nnx inspect --model` draws.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PlanRow {
+    /// The model path (`layers.0.attn.q.weight`).
+    pub field: String,
+    /// The entry it reads (`model.layers.0.self_attn.q_proj.weight`).
+    pub source: String,
+    /// `read`, `tie` (the same tensor as another field), `hook` (given by code), `keep`
+    /// (optional and absent) or `invalid` (see `problem`).
+    pub action: &'static str,
+    /// The operations on the way, in order (`split(0, 1/3)`, `transpose`, `rope_permute(..)`,
+    /// `shard(axis 0)`).
+    pub ops: Vec<String>,
+    /// The entry's dtype and shape as stored, when it exists.
+    pub stored_dtype: Option<String>,
+    /// See `stored_dtype`.
+    pub stored_shape: Option<Vec<usize>>,
+    /// The model tensor's dtype.
+    pub dtype: String,
+    /// The model tensor's shape.
+    pub shape: Vec<usize>,
+    /// The field it is tied to.
+    pub tie: Option<String>,
+    /// What is wrong with this row, when something is.
+    pub problem: Option<String>,
+}
+
 impl ImportPlan {
+    /// The plan row by row, as data, with each row's problems.
+    pub fn rows(&self) -> Vec<PlanRow> {
+        self.rows
+            .iter()
+            .map(|row| {
+                let (action, tie) = match &row.action {
+                    Action::Read { .. } => ("read", None),
+                    Action::Tie(target) => ("tie", Some(target.clone())),
+                    Action::Hook(_) => ("hook", None),
+                    Action::Keep => ("keep", None),
+                    Action::Invalid => ("invalid", None),
+                };
+                let rank = row.stored.as_ref().map_or(row.model_shape.len(), |(_, shape)| shape.len());
+                let mut ops: Vec<String> = source_ops(&row.ops)
+                    .iter()
+                    .map(|op| OpChain { ops: std::slice::from_ref(op), rank }.to_string().trim().to_string())
+                    .filter(|op| !op.is_empty())
+                    .collect();
+                if let Action::Read { parallel_axis: Some(axis), .. } = row.action {
+                    ops.push(format!("shard(axis {axis})"));
+                }
+                let problems: Vec<String> = self
+                    .problems
+                    .iter()
+                    .filter(|problem| problem.name == row.name)
+                    .map(|problem| problem.kind.to_string())
+                    .collect();
+                PlanRow {
+                    field: row.name.clone(),
+                    source: row.source.clone(),
+                    action,
+                    ops,
+                    stored_dtype: row.stored.as_ref().map(|(dtype, _)| dtype.to_string()),
+                    stored_shape: row.stored.as_ref().map(|(_, shape)| shape.clone()),
+                    dtype: row.model_dtype.to_string(),
+                    shape: row.model_shape.clone(),
+                    tie,
+                    problem: (!problems.is_empty()).then(|| problems.join("; ")),
+                }
+            })
+            .collect()
+    }
+
+    /// The name of the model type the plan imports into.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
     /// Whether the import would succeed.
     pub fn is_valid(&self) -> bool {
         self.problems.is_empty()
@@ -416,6 +491,20 @@ impl Archive {
     /// Only the error of opening a shard; problems with the mapping are in the plan.
     pub fn import_plan<D: Device, M: Module<D> + ?Sized>(&self, module: &M, prefix: &str) -> Result<ImportPlan> {
         self.plan(module, prefix, &ImportOptions::default())
+    }
+
+    /// [`Archive::import_plan`] with options (hooks, naming, placement), as an import with
+    /// them would go.
+    ///
+    /// # Errors
+    /// As [`Archive::import_plan`].
+    pub fn import_plan_with<D: Device, M: Module<D> + ?Sized>(
+        &self,
+        module: &M,
+        prefix: &str,
+        options: &ImportOptions,
+    ) -> Result<ImportPlan> {
+        self.plan(module, prefix, options)
     }
 
     /// [`Archive::import_plan`] with options. The plan reads only names, dtypes and shapes,

@@ -1,0 +1,675 @@
+//! The report of one checkpoint that `nnx inspect --json` prints and `nnx inspect --html`
+//! draws: the files with their sha256, every entry with its type (dtype, ggml type or
+//! quantized encoding), parameters and place in the model (block index and role), the
+//! parameters and effective bits per weight of each type, a quantization map of blocks by
+//! role, what was checked, the typed metadata and chat template, a memory plan (weights and KV
+//! cache for a context and batch), and on request the statistics of every tensor and the
+//! import plan into one of the architectures nnx builds.
+//!
+//! Everything is data from headers, except the sha256 of each file and the statistics, which
+//! read the values. The page takes this object as it is, so the two never disagree.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use nnx::gguf::{Array, Value as GgufValue};
+use nnx::quantized::{EncodedWeight, QuantizedFolder};
+use nnx::{Archive, EntryInfo};
+use rayon::prelude::*;
+use serde_json::{Value, json};
+use sha2::Digest;
+
+use crate::common::CliError;
+
+/// Array items kept in the report; longer arrays (a vocabulary) are cut and marked folded.
+const ARRAY_ITEMS: usize = 64;
+
+/// Context length of the memory plan when neither `--ctx` nor the model says one.
+const DEFAULT_CTX: usize = 4096;
+
+/// A tensor is flagged as an outlier when a value lies this many standard deviations from the
+/// mean (and the tensor is large enough for that to mean something).
+const OUTLIER_SIGMAS: f64 = 25.0;
+
+/// The roles of the quantization map, in the order of a block's computation.
+const ROLES: [&str; 19] = [
+    "embed",
+    "pos_embed",
+    "attn_norm",
+    "q",
+    "k",
+    "v",
+    "qkv",
+    "q_norm",
+    "k_norm",
+    "o",
+    "post_attn_norm",
+    "ffn_norm",
+    "gate",
+    "up",
+    "down",
+    "post_ffn_norm",
+    "norm",
+    "output",
+    "other",
+];
+
+/// What the report holds beyond the headers.
+pub struct Options {
+    /// Compute every tensor's statistics (reads all values).
+    pub stats: bool,
+    /// Plan the import into this architecture.
+    pub model: Option<String>,
+    /// The memory plan's context length (default: the model's, at most 4096).
+    pub ctx: Option<usize>,
+    /// The memory plan's batch.
+    pub batch: usize,
+    /// Show a progress bar while computing statistics.
+    pub progress: bool,
+}
+
+/// One entry as the report lists it.
+struct Entry {
+    info: EntryInfo,
+    /// The dtype, ggml type or encoding.
+    ty: String,
+    /// Values of the weight (0 for the scales and biases of an encoded weight).
+    parameters: u64,
+    /// The encoded weight's main entry, for its other streams.
+    part_of: Option<String>,
+    layer: Option<usize>,
+    role: &'static str,
+}
+
+/// The report of `archive`, opened from `path` (as the user named it: `source`).
+pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -> Result<Value, CliError> {
+    let folder = quantized_folder(path, archive)?;
+    let entries = entries(archive, folder.as_ref())?;
+    let files = files(path, &entries)?;
+    let total_bytes: u64 = entries.iter().map(|entry| entry.info.bytes as u64).sum();
+    let parameters: u64 = entries.iter().map(|entry| entry.parameters).sum();
+    let mut validation = validate(archive, folder.as_ref(), &entries, &files);
+
+    let stats = if options.stats { Some(stats(path, archive, &entries, options.progress)?) } else { None };
+    if let Some(stats) = &stats {
+        validation.extend(stats_findings(stats));
+    }
+    let plan = match &options.model {
+        Some(architecture) => {
+            let (architecture, plan) = nnx::models::import_plan(&path.to_string_lossy(), Some(architecture))?;
+            let problems = plan.problems().len();
+            validation.push(if problems == 0 {
+                finding("ok", format!("the import plan into {} ({architecture}) is valid", plan.target()))
+            } else {
+                finding(
+                    "error",
+                    format!("the import plan into {} ({architecture}) has {problems} problems", plan.target()),
+                )
+            });
+            Some(json!({
+                "architecture": architecture,
+                "target": plan.target(),
+                "valid": plan.is_valid(),
+                "rows": plan.rows(),
+                "unexpected": plan.unused(),
+                "problems": plan.problems().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            }))
+        }
+        None => None,
+    };
+    let config = config_json(path);
+    let memory = memory_plan(archive, config.as_ref(), total_bytes, options);
+
+    let entry_values: Vec<Value> = entries.iter().map(|entry| entry_json(archive, path, entry)).collect();
+    Ok(json!({
+        "version": 1,
+        "path": source.to_string_lossy(),
+        "format": format_name(path, archive, folder.as_ref(), files.len()),
+        "files": files,
+        "count": entries.len(),
+        "total_bytes": total_bytes,
+        "parameters": parameters,
+        "bits_per_weight": (parameters > 0).then(|| total_bytes as f64 * 8.0 / parameters as f64),
+        "types": types(&entries),
+        "validation": validation,
+        "entries": entry_values,
+        "quant_map": quant_map(&entries),
+        "stats": stats,
+        "plan": plan,
+        "memory": memory,
+        "metadata": metadata(archive, config.as_ref()),
+        "chat_template": chat_template(path, archive),
+    }))
+}
+
+/// The folder's quantized weights, when `path` is a folder of MLX affine or SEED weights.
+fn quantized_folder(path: &Path, archive: &Archive) -> Result<Option<QuantizedFolder>, CliError> {
+    let encoded = archive.names().any(|name| name.ends_with(".scales") || name.ends_with(".seeds"));
+    Ok(if path.is_dir() && encoded { Some(QuantizedFolder::open(path)?) } else { None })
+}
+
+fn entries(archive: &Archive, folder: Option<&QuantizedFolder>) -> Result<Vec<Entry>, CliError> {
+    // The streams of each encoded weight: its main entry carries the values, the others are
+    // part of it.
+    let mut encoded: HashMap<String, (String, String, u64)> = HashMap::new();
+    if let Some(folder) = folder {
+        for name in folder.weights() {
+            let weight = folder.weight(&name)?;
+            let values = match &weight {
+                EncodedWeight::Float(_) => continue,
+                EncodedWeight::Affine(_) => {
+                    let info = archive.info(&format!("{name}.weight"))?;
+                    let bits = match weight.encoding() {
+                        nnx::quantized::WeightEncoding::Affine(spec) => spec.bits as u64,
+                        _ => 32,
+                    };
+                    info.shape.iter().map(|&size| size as u64).product::<u64>() * 32 / bits
+                }
+                EncodedWeight::Seed(seed) => seed.shape().iter().map(|&size| size as u64).product(),
+            };
+            let streams = folder.streams_of(&name);
+            let main = streams.iter().find(|stream| stream.ends_with(".weight")).unwrap_or(&streams[0]).clone();
+            let ty = crate::stats::encoding_name(weight.encoding());
+            for stream in streams {
+                encoded.insert(stream, (main.clone(), ty.clone(), values));
+            }
+        }
+    }
+    let names: Vec<&str> = archive.names().collect();
+    let gemma_norms =
+        names.iter().any(|name| name.contains("pre_feedforward_layernorm") || name.contains("post_ffw_norm"));
+    names
+        .iter()
+        .map(|name| {
+            let info = archive.info(name)?;
+            let values: u64 = info.shape.iter().map(|&size| size as u64).product();
+            let (ty, parameters, part_of) = match (encoded.get(*name), archive.ggml_type(name)) {
+                (Some((main, ty, values)), _) if main == name => (ty.clone(), *values, None),
+                (Some((main, ty, _)), _) => (ty.clone(), 0, Some(main.clone())),
+                (None, Some(ggml)) => (ggml.name().to_string(), values, None),
+                (None, None) => (info.dtype.to_string(), values, None),
+            };
+            let (layer, rest) = split_layer(part_of.as_deref().unwrap_or(name));
+            let role = role(layer.is_some(), &rest, gemma_norms);
+            Ok(Entry { info, ty, parameters, part_of, layer, role })
+        })
+        .collect()
+}
+
+/// The block index of a tensor path (`layers.3`, `blk.3`, `h.3`, `layer.3`, `blocks.3`) and
+/// the rest of the path after it.
+fn split_layer(name: &str) -> (Option<usize>, String) {
+    let segments: Vec<&str> = name.split('.').collect();
+    for (at, pair) in segments.windows(2).enumerate() {
+        if matches!(pair[0], "layers" | "blk" | "h" | "layer" | "blocks" | "block")
+            && let Ok(index) = pair[1].parse::<usize>()
+        {
+            return (Some(index), segments[at + 2..].join("."));
+        }
+    }
+    (None, name.to_string())
+}
+
+/// The role of a tensor in its block (or outside blocks) from the names llama.cpp,
+/// transformers and mlx-lm give.
+fn role(in_block: bool, rest: &str, gemma_norms: bool) -> &'static str {
+    let segments: Vec<&str> = rest.split('.').collect();
+    let has = |names: &[&str]| segments.iter().any(|segment| names.contains(segment));
+    let last_stem = segments.iter().rev().find(|segment| !matches!(**segment, "weight" | "bias")).copied();
+    if !in_block {
+        return match last_stem {
+            Some("token_embd" | "embed_tokens" | "wte" | "word_embeddings" | "tok_embeddings") => "embed",
+            Some("wpe" | "position_embeddings" | "token_type_embeddings") => "pos_embed",
+            Some("output" | "lm_head") => "output",
+            Some("output_norm" | "norm" | "ln_f" | "final_layernorm" | "final_norm") => "norm",
+            _ => "other",
+        };
+    }
+    let attention = has(&["attn", "self_attn", "attention"]);
+    match last_stem {
+        Some("q_norm" | "attn_q_norm") => "q_norm",
+        Some("k_norm" | "attn_k_norm") => "k_norm",
+        Some("attn_qkv" | "c_attn" | "qkv_proj" | "query_key_value" | "wqkv") => "qkv",
+        Some("attn_q" | "q_proj" | "query" | "wq" | "q") => "q",
+        Some("attn_k" | "k_proj" | "key" | "wk" | "k") => "k",
+        Some("attn_v" | "v_proj" | "value" | "wv" | "v") => "v",
+        Some("attn_output" | "o_proj" | "out_proj" | "wo" | "o") => "o",
+        Some("c_proj" | "dense") if attention => "o",
+        Some("ffn_gate" | "gate_proj" | "w1" | "gate") => "gate",
+        Some("ffn_up" | "up_proj" | "c_fc" | "fc1" | "w3" | "up") => "up",
+        Some("dense") if has(&["intermediate"]) => "up",
+        Some("ffn_down" | "down_proj" | "fc2" | "w2" | "c_proj" | "dense" | "down") => "down",
+        Some("input_layernorm" | "attn_norm" | "ln_1" | "attention_norm") => "attn_norm",
+        Some("LayerNorm") if attention => "attn_norm",
+        Some("post_attention_layernorm") if gemma_norms => "post_attn_norm",
+        Some("post_attention_norm") => "post_attn_norm",
+        Some("post_attention_layernorm" | "ffn_norm" | "ln_2" | "pre_feedforward_layernorm" | "LayerNorm") => {
+            "ffn_norm"
+        }
+        Some("post_feedforward_layernorm" | "post_ffw_norm") => "post_ffn_norm",
+        _ => "other",
+    }
+}
+
+/// Each file of the checkpoint with its size and sha256 (`null` for remote files, which
+/// would have to be downloaded whole).
+fn files(path: &Path, entries: &[Entry]) -> Result<Vec<Value>, CliError> {
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for entry in entries {
+        if let Some(location) = &entry.info.location
+            && !paths.contains(&location.path)
+        {
+            paths.push(location.path.clone());
+        }
+    }
+    if paths.is_empty() && path.is_file() {
+        paths.push(path.to_path_buf());
+    }
+    let base = if path.is_dir() { path } else { path.parent().unwrap_or(Path::new("")) };
+    paths
+        .par_iter()
+        .map(|file| {
+            let name = file.strip_prefix(base).unwrap_or(file).to_string_lossy().into_owned();
+            if !file.is_file() {
+                return Ok(json!({ "name": name, "bytes": null, "sha256": null }));
+            }
+            let (bytes, sha256) =
+                sha256(file).map_err(|source| nnx::Error::Io { action: "read", path: file.clone(), source })?;
+            Ok(json!({ "name": name, "bytes": bytes, "sha256": sha256 }))
+        })
+        .collect()
+}
+
+/// The size and hex sha256 of a file, read in 1 MiB pieces.
+fn sha256(path: &Path) -> std::io::Result<(u64, String)> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        bytes += read as u64;
+        hasher.update(&buffer[..read]);
+    }
+    let digest = hasher.finalize();
+    Ok((bytes, digest.iter().map(|byte| format!("{byte:02x}")).collect()))
+}
+
+fn format_name(path: &Path, archive: &Archive, folder: Option<&QuantizedFolder>, files: usize) -> String {
+    if archive.gguf_metadata().is_some() {
+        return if files > 1 { format!("GGUF ({files} splits)") } else { "GGUF".to_string() };
+    }
+    if let Some(folder) = folder {
+        let seed = folder.archive().names().any(|name| name.ends_with(".seeds"));
+        return if seed { "SEED folder (SafeTensors)" } else { "MLX affine folder (SafeTensors)" }.to_string();
+    }
+    let extension = path.extension().and_then(|extension| extension.to_str()).unwrap_or_default();
+    if matches!(extension, "pt" | "pth" | "bin" | "ckpt") {
+        return "PyTorch checkpoint".to_string();
+    }
+    if files > 1 { format!("SafeTensors ({files} shards)") } else { "SafeTensors".to_string() }
+}
+
+fn finding(level: &str, message: String) -> Value {
+    json!({ "level": level, "message": message })
+}
+
+/// What opening checked, and what the encoded weights' streams say.
+fn validate(archive: &Archive, folder: Option<&QuantizedFolder>, entries: &[Entry], files: &[Value]) -> Vec<Value> {
+    let mut findings = Vec::new();
+    let what = if archive.gguf_metadata().is_some() { "ggml type, shape" } else { "dtype, shape" };
+    findings.push(finding(
+        "ok",
+        format!(
+            "{} entries in {} file(s): every entry's {what} and byte range read from the headers and checked against its file",
+            entries.len(),
+            files.len()
+        ),
+    ));
+    if let Some(folder) = folder {
+        let (mut good, mut bad) = (0, Vec::new());
+        for entry in entries.iter().filter(|entry| entry.part_of.is_none() && entry.ty != entry.info.dtype.to_string())
+        {
+            let stem = entry.info.name.rsplit_once('.').map_or(entry.info.name.as_str(), |(stem, _)| stem);
+            match folder.encoding(stem) {
+                Ok(_) => good += 1,
+                Err(error) => bad.push(error.to_string()),
+            }
+        }
+        findings.push(finding("ok", format!("{good} quantized weights: their streams fit each other")));
+        findings.extend(bad.into_iter().map(|message| finding("error", message)));
+    }
+    let empty: Vec<&str> =
+        entries.iter().filter(|entry| entry.info.shape.contains(&0)).map(|entry| entry.info.name.as_str()).collect();
+    if !empty.is_empty() {
+        findings.push(finding("warning", format!("{} entries hold no values: {}", empty.len(), empty.join(", "))));
+    }
+    findings
+}
+
+/// Per type: tensors, parameters, bytes and bits per weight, largest first.
+fn types(entries: &[Entry]) -> Vec<Value> {
+    let mut by_type: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
+    for entry in entries {
+        let row = by_type.entry(&entry.ty).or_default();
+        row.0 += u64::from(entry.part_of.is_none());
+        row.1 += entry.parameters;
+        row.2 += entry.info.bytes as u64;
+    }
+    let mut rows: Vec<(&str, (u64, u64, u64))> = by_type.into_iter().collect();
+    rows.sort_by(|a, b| b.1.2.cmp(&a.1.2).then(a.0.cmp(b.0)));
+    rows.into_iter()
+        .map(|(ty, (tensors, parameters, bytes))| {
+            json!({
+                "type": ty,
+                "tensors": tensors,
+                "parameters": parameters,
+                "bytes": bytes,
+                "bits_per_weight": (parameters > 0).then(|| bytes as f64 * 8.0 / parameters as f64),
+            })
+        })
+        .collect()
+}
+
+fn entry_json(archive: &Archive, path: &Path, entry: &Entry) -> Value {
+    let info = &entry.info;
+    let mut value = json!({
+        "name": info.name,
+        "type": entry.ty,
+        "dtype": info.dtype.to_string(),
+        "shape": info.shape,
+        "parameters": entry.parameters,
+        "bytes": info.bytes,
+        "layer": entry.layer,
+        "role": entry.role,
+        "part_of": entry.part_of,
+    });
+    if let Some(ty) = archive.ggml_type(&info.name) {
+        value["ggml_type"] = json!(ty.name());
+        value["bits_per_weight"] = json!(ty.bits_per_weight());
+    }
+    if let Some(location) = &info.location {
+        let base = if path.is_dir() { path } else { path.parent().unwrap_or(Path::new("")) };
+        value["file"] = json!(location.path.strip_prefix(base).unwrap_or(&location.path).to_string_lossy());
+        value["data_offsets"] = json!([location.data_offsets.0, location.data_offsets.1]);
+        value["file_offset"] = json!(location.file_offset);
+    }
+    value
+}
+
+/// One cell per block and role (the first weight found there), and the roles present.
+fn quant_map(entries: &[Entry]) -> Value {
+    let mut cells = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for entry in entries {
+        let name = &entry.info.name;
+        let weight = !name.ends_with(".bias") && entry.part_of.is_none() && entry.parameters > 0;
+        if weight && seen.insert((entry.layer, entry.role)) {
+            cells.push(json!({
+                "layer": entry.layer,
+                "role": entry.role,
+                "type": entry.ty,
+                "tensor": name,
+                "bits_per_weight": entry_bits(entries, entry),
+            }));
+        }
+    }
+    let roles: Vec<&str> = ROLES.iter().copied().filter(|role| seen.iter().any(|(_, seen)| seen == role)).collect();
+    let layers = entries.iter().filter_map(|entry| entry.layer).max().map_or(0, |last| last + 1);
+    json!({ "roles": roles, "layers": layers, "cells": cells })
+}
+
+/// Bits per value of a weight, its encoded parts included.
+fn entry_bits(entries: &[Entry], entry: &Entry) -> f64 {
+    let mut bytes = entry.info.bytes as u64;
+    if entry.ty != entry.info.dtype.to_string() && entry.part_of.is_none() {
+        bytes += entries
+            .iter()
+            .filter(|part| part.part_of.as_deref() == Some(entry.info.name.as_str()))
+            .map(|part| part.info.bytes as u64)
+            .sum::<u64>();
+    }
+    bytes as f64 * 8.0 / entry.parameters.max(1) as f64
+}
+
+/// Every tensor's statistics, named by the entry that carries its values, with why it is
+/// flagged.
+fn stats(path: &Path, archive: &Archive, entries: &[Entry], progress: bool) -> Result<Vec<Value>, CliError> {
+    let collected = crate::stats::collect(path, archive, progress)?;
+    Ok(collected
+        .into_iter()
+        .map(|mut stats| {
+            // An encoded weight's statistics are named by its stem; the page finds the entry.
+            if !archive.contains(&stats.name)
+                && let Some(main) = entries.iter().find(|entry| {
+                    entry.part_of.is_none() && entry.info.name.strip_prefix(stats.name.as_str()) == Some(".weight")
+                })
+            {
+                stats.name = main.info.name.clone();
+            }
+            let outlier = outlier(&stats);
+            let mut value = serde_json::to_value(&stats).expect("stats serialize");
+            value["outlier"] = json!(outlier);
+            value
+        })
+        .collect())
+}
+
+/// Why a tensor is flagged: NaN or infinite values, only zeros, or a value far in the tails.
+fn outlier(stats: &nnx::stats::TensorStats) -> Option<String> {
+    if stats.nans > 0 || stats.infs > 0 {
+        return Some(format!("{} NaN, {} infinite", stats.nans, stats.infs));
+    }
+    if stats.count > 0 && stats.zero_fraction == 1.0 {
+        return Some("all zeros".to_string());
+    }
+    let deviation = (stats.max - stats.mean).abs().max((stats.min - stats.mean).abs());
+    (stats.count >= 1024 && stats.std > 0.0 && deviation >= OUTLIER_SIGMAS * stats.std).then(|| {
+        let value =
+            if (stats.max - stats.mean).abs() >= (stats.min - stats.mean).abs() { stats.max } else { stats.min };
+        format!("value {value:.4} lies {:.0} std from the mean", deviation / stats.std)
+    })
+}
+
+fn stats_findings(stats: &[Value]) -> Vec<Value> {
+    let mut findings = Vec::new();
+    let broken = stats.iter().filter(|stats| stats["nans"].as_u64() > Some(0) || stats["infs"].as_u64() > Some(0));
+    for stats in broken {
+        findings.push(finding(
+            "error",
+            format!(
+                "`{}` holds {} NaN and {} infinite values",
+                stats["name"].as_str().unwrap_or_default(),
+                stats["nans"],
+                stats["infs"]
+            ),
+        ));
+    }
+    for stats in stats.iter().filter(|stats| stats["outlier"].as_str() == Some("all zeros")) {
+        findings.push(finding("warning", format!("`{}` is all zeros", stats["name"].as_str().unwrap_or_default())));
+    }
+    let tails =
+        stats.iter().filter(|stats| stats["outlier"].as_str().is_some_and(|why| why.starts_with("value"))).count();
+    if tails > 0 {
+        findings.push(finding(
+            "warning",
+            format!("{tails} tensors have values {OUTLIER_SIGMAS} or more std from their mean"),
+        ));
+    }
+    if findings.is_empty() {
+        findings.push(finding("ok", format!("{} tensors: no NaN, no infinities, none all zeros", stats.len())));
+    }
+    findings
+}
+
+/// `config.json` of a folder, or beside a file.
+fn config_json(path: &Path) -> Option<Value> {
+    let dir = if path.is_dir() { path } else { path.parent()? };
+    let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Weights plus KV cache for the context and batch asked for, from the GGUF keys or
+/// `config.json` (its `text_config` for multimodal models).
+fn memory_plan(archive: &Archive, config: Option<&Value>, weights: u64, options: &Options) -> Option<Value> {
+    let (source, architecture, layers, kv_heads, key_dim, value_dim, context) = if let Some(metadata) =
+        archive.gguf_metadata()
+    {
+        let arch = metadata.architecture()?.to_string();
+        let key = |name: &str| metadata.u64(&format!("{arch}.{name}"));
+        let layers = key("block_count")?;
+        let heads = key("attention.head_count")?;
+        let embedding = key("embedding_length")?;
+        let kv_heads = key("attention.head_count_kv").unwrap_or(heads);
+        let key_dim = key("attention.key_length").unwrap_or(embedding / heads.max(1));
+        let value_dim = key("attention.value_length").unwrap_or(key_dim);
+        let context = key("context_length");
+        ("GGUF keys", arch.clone(), layers, kv_heads, key_dim, value_dim, context)
+    } else {
+        let config = config?;
+        let encoder = config.get("model_type").and_then(Value::as_str).is_some_and(|kind| kind.contains("bert"));
+        if encoder {
+            // An encoder keeps no cache between calls.
+            return None;
+        }
+        let text = config.get("text_config").filter(|text| text.get("num_hidden_layers").is_some()).unwrap_or(config);
+        let number = |names: &[&str]| names.iter().find_map(|name| text.get(*name).and_then(Value::as_u64));
+        let layers = number(&["num_hidden_layers", "n_layer", "num_layers"])?;
+        let heads = number(&["num_attention_heads", "n_head"])?;
+        let hidden = number(&["hidden_size", "n_embd", "d_model"])?;
+        let kv_heads = number(&["num_key_value_heads"]).unwrap_or(heads);
+        let head_dim = number(&["head_dim"]).unwrap_or(hidden / heads.max(1));
+        let architecture = config.get("model_type").and_then(Value::as_str).unwrap_or_default().to_string();
+        let context = number(&["max_position_embeddings", "n_positions", "n_ctx"]);
+        ("config.json", architecture, layers, kv_heads, head_dim, head_dim, context)
+    };
+    let ctx = options.ctx.unwrap_or_else(|| context.map_or(DEFAULT_CTX, |context| (context as usize).min(DEFAULT_CTX)));
+    let values = layers * ctx as u64 * options.batch as u64 * kv_heads * (key_dim + value_dim);
+    let kv = [(nnx::DType::F32, "nnx's cache"), (nnx::DType::F16, "llama.cpp's default cache type")];
+    let kv: Vec<Value> = kv
+        .iter()
+        .map(|(dtype, note)| json!({ "dtype": dtype.to_string(), "bytes": dtype.storage_bytes(values).unwrap_or(0), "note": note }))
+        .collect();
+    Some(json!({
+        "source": source,
+        "architecture": architecture,
+        "ctx": ctx,
+        "batch": options.batch,
+        "context_length": context,
+        "layers": layers,
+        "kv_heads": kv_heads,
+        "head_dim": key_dim,
+        "weights_bytes": weights,
+        "kv": kv,
+        "total_bytes": weights + values * 4,
+    }))
+}
+
+/// The metadata, typed: GGUF values with their types (long arrays cut to their first items),
+/// SafeTensors `__metadata__` strings, and `config.json`'s keys.
+fn metadata(archive: &Archive, config: Option<&Value>) -> Vec<Value> {
+    let mut rows = Vec::new();
+    if let Some(metadata) = archive.gguf_metadata() {
+        for (key, value) in metadata.iter() {
+            let (ty, value, length) = match value {
+                GgufValue::Array(array) => (
+                    format!("array<{}>", array.element_type().name().to_lowercase()),
+                    array_json(array),
+                    Some(array.len()),
+                ),
+                other => (other.value_type().name().to_lowercase(), gguf_json(other), None),
+            };
+            rows.push(json!({
+                "key": key,
+                "type": ty,
+                "value": value,
+                "length": length,
+                "folded": length.is_some_and(|length| length > ARRAY_ITEMS),
+            }));
+        }
+    } else {
+        for (key, value) in archive.metadata() {
+            rows.push(json!({ "key": key, "type": "string", "value": value, "length": null, "folded": false }));
+        }
+    }
+    if let Some(Value::Object(config)) = config {
+        for (key, value) in config {
+            let (ty, length) = match value {
+                Value::Array(items) => ("json array", Some(items.len())),
+                Value::Object(_) => ("json object", None),
+                Value::String(_) => ("json string", None),
+                Value::Number(_) => ("json number", None),
+                Value::Bool(_) => ("json bool", None),
+                Value::Null => ("json null", None),
+            };
+            let value = match value {
+                Value::Array(items) => Value::Array(items.iter().take(ARRAY_ITEMS).cloned().collect()),
+                other => other.clone(),
+            };
+            rows.push(json!({
+                "key": format!("config.json: {key}"),
+                "type": ty,
+                "value": value,
+                "length": length,
+                "folded": length.is_some_and(|length| length > ARRAY_ITEMS),
+            }));
+        }
+    }
+    rows
+}
+
+fn gguf_json(value: &GgufValue) -> Value {
+    match value {
+        GgufValue::U8(v) => json!(v),
+        GgufValue::I8(v) => json!(v),
+        GgufValue::U16(v) => json!(v),
+        GgufValue::I16(v) => json!(v),
+        GgufValue::U32(v) => json!(v),
+        GgufValue::I32(v) => json!(v),
+        GgufValue::F32(v) => json!(v),
+        GgufValue::Bool(v) => json!(v),
+        GgufValue::String(v) => json!(v),
+        GgufValue::Array(array) => array_json(array),
+        GgufValue::U64(v) => json!(v),
+        GgufValue::I64(v) => json!(v),
+        GgufValue::F64(v) => json!(v),
+    }
+}
+
+/// The first items of an array.
+fn array_json(array: &Array) -> Value {
+    Value::Array(
+        (0..array.len().min(ARRAY_ITEMS)).filter_map(|at| array.get(at)).map(|item| gguf_json(&item)).collect(),
+    )
+}
+
+/// The chat template: the GGUF key, or a folder's `chat_template.jinja` or
+/// `tokenizer_config.json`.
+fn chat_template(path: &Path, archive: &Archive) -> Option<String> {
+    if let Some(metadata) = archive.gguf_metadata() {
+        return metadata.str("tokenizer.chat_template").map(str::to_string);
+    }
+    let dir = if path.is_dir() { path } else { path.parent()? };
+    if let Ok(text) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
+        return Some(text);
+    }
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?).ok()?;
+    match config.get("chat_template")? {
+        Value::String(text) => Some(text.clone()),
+        // Named templates: each under its name.
+        Value::Array(named) => Some(
+            named
+                .iter()
+                .filter_map(|item| {
+                    Some(format!("{{# {} #}}\n{}", item.get("name")?.as_str()?, item.get("template")?.as_str()?))
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
+    }
+}
