@@ -91,7 +91,7 @@ pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -
     let parameters: u64 = entries.iter().map(|entry| entry.parameters).sum();
     let mut validation = validate(archive, folder.as_ref(), &entries, &files);
 
-    let stats = if options.stats { Some(stats(path, archive, &entries, options.progress)?) } else { None };
+    let stats = if options.stats { Some(stats(path, archive, options.progress)?) } else { None };
     if let Some(stats) = &stats {
         validation.extend(stats_findings(stats));
     }
@@ -346,7 +346,9 @@ fn validate(archive: &Archive, folder: Option<&QuantizedFolder>, entries: &[Entr
     let empty: Vec<&str> =
         entries.iter().filter(|entry| entry.info.shape.contains(&0)).map(|entry| entry.info.name.as_str()).collect();
     if !empty.is_empty() {
-        findings.push(finding("warning", format!("{} entries hold no values: {}", empty.len(), empty.join(", "))));
+        let more = if empty.len() > 10 { format!(" and {} more", empty.len() - 10) } else { String::new() };
+        let names = empty.iter().take(10).copied().collect::<Vec<_>>().join(", ");
+        findings.push(finding("warning", format!("{} entries hold no values: {names}{more}", empty.len())));
     }
     findings
 }
@@ -403,18 +405,26 @@ fn entry_json(archive: &Archive, path: &Path, entry: &Entry) -> Value {
 
 /// One cell per block and role (the first weight found there), and the roles present.
 fn quant_map(entries: &[Entry]) -> Value {
+    // The bytes of each encoded weight's other streams, which its bits per weight include.
+    let mut parts: HashMap<&str, u64> = HashMap::new();
+    for entry in entries {
+        if let Some(main) = &entry.part_of {
+            *parts.entry(main).or_default() += entry.info.bytes as u64;
+        }
+    }
     let mut cells = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for entry in entries {
         let name = &entry.info.name;
         let weight = !name.ends_with(".bias") && entry.part_of.is_none() && entry.parameters > 0;
         if weight && seen.insert((entry.layer, entry.role)) {
+            let bytes = entry.info.bytes as u64 + parts.get(name.as_str()).copied().unwrap_or(0);
             cells.push(json!({
                 "layer": entry.layer,
                 "role": entry.role,
                 "type": entry.ty,
                 "tensor": name,
-                "bits_per_weight": entry_bits(entries, entry),
+                "bits_per_weight": bytes as f64 * 8.0 / entry.parameters as f64,
             }));
         }
     }
@@ -423,33 +433,17 @@ fn quant_map(entries: &[Entry]) -> Value {
     json!({ "roles": roles, "layers": layers, "cells": cells })
 }
 
-/// Bits per value of a weight, its encoded parts included.
-fn entry_bits(entries: &[Entry], entry: &Entry) -> f64 {
-    let mut bytes = entry.info.bytes as u64;
-    if entry.ty != entry.info.dtype.to_string() && entry.part_of.is_none() {
-        bytes += entries
-            .iter()
-            .filter(|part| part.part_of.as_deref() == Some(entry.info.name.as_str()))
-            .map(|part| part.info.bytes as u64)
-            .sum::<u64>();
-    }
-    bytes as f64 * 8.0 / entry.parameters.max(1) as f64
-}
-
 /// Every tensor's statistics, named by the entry that carries its values, with why it is
 /// flagged.
-fn stats(path: &Path, archive: &Archive, entries: &[Entry], progress: bool) -> Result<Vec<Value>, CliError> {
+fn stats(path: &Path, archive: &Archive, progress: bool) -> Result<Vec<Value>, CliError> {
     let collected = crate::stats::collect(path, archive, progress)?;
     Ok(collected
         .into_iter()
         .map(|mut stats| {
             // An encoded weight's statistics are named by its stem; the page finds the entry.
-            if !archive.contains(&stats.name)
-                && let Some(main) = entries.iter().find(|entry| {
-                    entry.part_of.is_none() && entry.info.name.strip_prefix(stats.name.as_str()) == Some(".weight")
-                })
-            {
-                stats.name = main.info.name.clone();
+            let weight = format!("{}.weight", stats.name);
+            if !archive.contains(&stats.name) && archive.contains(&weight) {
+                stats.name = weight;
             }
             let outlier = outlier(&stats);
             let mut value = serde_json::to_value(&stats).expect("stats serialize");
@@ -475,29 +469,42 @@ fn outlier(stats: &nnx::stats::TensorStats) -> Option<String> {
     })
 }
 
+/// What the statistics found: NaN or infinities (errors), all-zero tensors and far tails
+/// (warnings), each kind in one finding that names the first tensors.
 fn stats_findings(stats: &[Value]) -> Vec<Value> {
+    let name = |stats: &&Value| stats["name"].as_str().unwrap_or_default().to_string();
+    let named = |names: Vec<String>| {
+        let more = if names.len() > 10 { format!(" and {} more", names.len() - 10) } else { String::new() };
+        format!("{}{more}", names.iter().take(10).map(|name| format!("`{name}`")).collect::<Vec<_>>().join(", "))
+    };
+    let broken: Vec<String> = stats
+        .iter()
+        .filter(|stats| stats["nans"].as_u64() > Some(0) || stats["infs"].as_u64() > Some(0))
+        .map(|stats| format!("{} ({} NaN, {} infinite)", name(&stats), stats["nans"], stats["infs"]))
+        .collect();
+    let zeros: Vec<String> =
+        stats.iter().filter(|stats| stats["outlier"].as_str() == Some("all zeros")).map(|s| name(&s)).collect();
+    let tails: Vec<String> = stats
+        .iter()
+        .filter(|stats| stats["outlier"].as_str().is_some_and(|why| why.starts_with("value")))
+        .map(|s| name(&s))
+        .collect();
     let mut findings = Vec::new();
-    let broken = stats.iter().filter(|stats| stats["nans"].as_u64() > Some(0) || stats["infs"].as_u64() > Some(0));
-    for stats in broken {
-        findings.push(finding(
-            "error",
-            format!(
-                "`{}` holds {} NaN and {} infinite values",
-                stats["name"].as_str().unwrap_or_default(),
-                stats["nans"],
-                stats["infs"]
-            ),
-        ));
+    if !broken.is_empty() {
+        findings
+            .push(finding("error", format!("{} tensors hold NaN or infinite values: {}", broken.len(), named(broken))));
     }
-    for stats in stats.iter().filter(|stats| stats["outlier"].as_str() == Some("all zeros")) {
-        findings.push(finding("warning", format!("`{}` is all zeros", stats["name"].as_str().unwrap_or_default())));
+    if !zeros.is_empty() {
+        findings.push(finding("warning", format!("{} tensors are all zeros: {}", zeros.len(), named(zeros))));
     }
-    let tails =
-        stats.iter().filter(|stats| stats["outlier"].as_str().is_some_and(|why| why.starts_with("value"))).count();
-    if tails > 0 {
+    if !tails.is_empty() {
         findings.push(finding(
             "warning",
-            format!("{tails} tensors have values {OUTLIER_SIGMAS} or more std from their mean"),
+            format!(
+                "{} tensors have values {OUTLIER_SIGMAS} or more std from their mean: {}",
+                tails.len(),
+                named(tails)
+            ),
         ));
     }
     if findings.is_empty() {

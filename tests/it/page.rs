@@ -516,18 +516,21 @@ fn page_of_100k_tensors_keeps_the_dom_small() {
     let dir = scratch();
     let path = dir.path().join("many.safetensors");
     many_tensors(&path, 100_000);
-    let html = page(&path, dir.path(), "many", &[]);
-    let seen = visit(&browser, &url(&html, "view=tree&expand=all"), None);
-    assert_clean(&seen, "100k tensors");
-    assert!(seen.dom.contains(r#"data-tensors="100000""#));
-    let rows = leaf_names(&seen.dom).len();
-    assert!((10..2000).contains(&rows), "{rows} tree rows in the DOM for 100,000 tensors");
-    let seen = visit_view(&browser, &html, "treemap");
+    let html = page(&path, dir.path(), "many", &["--stats"]);
+    for view in ["tree", "stats"] {
+        let seen = visit(&browser, &url(&html, &format!("view={view}&expand=all")), None);
+        assert_clean(&seen, &format!("100k tensors, {view}"));
+        assert!(seen.dom.contains(r#"data-tensors="100000""#));
+        let rows = leaf_names(&seen.dom).len();
+        assert!((10..2000).contains(&rows), "{view}: {rows} rows in the DOM for 100,000 tensors");
+    }
+    // Every tensor is all zeros: one warning names the first ten and counts the rest.
+    let seen = visit(&browser, &url(&html, "view=summary"), None);
+    assert_clean(&seen, "100k tensors, summary");
+    assert!(seen.dom.contains("100000 tensors are all zeros: `model.layers.0.block.part_0.weight`"), "summary");
+    assert!(seen.dom.contains("and 99990 more"));
+    let seen = visit(&browser, &url(&html, "view=treemap"), None);
     assert_clean(&seen, "100k tensors, tree map");
-}
-
-fn visit_view(browser: &Path, html: &Path, view: &str) -> Visit {
-    visit(browser, &url(html, &format!("view={view}")), None)
 }
 
 /// The RGBA pixels of a PNG file.

@@ -629,10 +629,13 @@
   // Validation results and plan problems: one line each with an icon in the level's colour.
   function checkList(items) {
     const ICON = { ok: '✓', warning: '!', error: '✕' };
-    return el('ul', 'validation', ...items.map(([level, message]) => {
+    // Appended one by one: a spread of a long list would overflow the call stack.
+    const list = el('ul', 'validation');
+    for (const [level, message] of items) {
       const lv = ICON[level] ? level : 'warning';
-      return el('li', 'check ' + lv, el('span', 'check-icon', ICON[lv]), el('span', 'check-msg', message));
-    }));
+      list.appendChild(el('li', 'check ' + lv, el('span', 'check-icon', ICON[lv]), el('span', 'check-msg', message)));
+    }
+    return list;
   }
 
   // One stacked bar of all bytes by type: the whole file's make-up at a glance.
