@@ -118,7 +118,8 @@ pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -
         }
         None => None,
     };
-    let config = config_json(path);
+    // A GGUF file carries its own configuration; a `config.json` beside it may be another's.
+    let config = if archive.gguf_metadata().is_some() { None } else { config_json(path) };
     let memory = memory_plan(archive, config.as_ref(), total_bytes, options);
 
     let entry_values: Vec<Value> = entries.iter().map(|entry| entry_json(archive, path, entry)).collect();
@@ -637,7 +638,8 @@ fn gguf_json(value: &GgufValue) -> Value {
         GgufValue::I16(v) => json!(v),
         GgufValue::U32(v) => json!(v),
         GgufValue::I32(v) => json!(v),
-        GgufValue::F32(v) => json!(v),
+        // As the f32 reads (`1e-6`), not as the f64 it widens to (`9.99999997e-7`).
+        GgufValue::F32(v) => json!(v.to_string().parse::<f64>().ok()),
         GgufValue::Bool(v) => json!(v),
         GgufValue::String(v) => json!(v),
         GgufValue::Array(array) => array_json(array),

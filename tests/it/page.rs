@@ -113,6 +113,40 @@ fn page_report_has_the_files_types_and_hashes() {
     }
 }
 
+/// gguf-py's reading of a GGUF file: per tensor its type name, values and bytes, in order.
+const GGUF_PY: &str = r#"
+import json, sys
+from gguf import GGUFReader
+reader = GGUFReader(sys.argv[1])
+print(json.dumps([[t.name, t.tensor_type.name, int(t.n_elements), int(t.n_bytes), int(t.data_offset)] for t in reader.tensors]))
+"#;
+
+#[test]
+fn page_report_of_gguf_files_agrees_with_gguf_py() {
+    for file in ["models/llama3-wide/model-q4_k_m.gguf", "gguf/types/all.gguf", "models/gemma3/model-q4_k_m.gguf"] {
+        let path = fixtures().join(file);
+        let output = Command::new(crate::python::interpreter()).arg("-c").arg(GGUF_PY).arg(&path).output().unwrap();
+        assert!(output.status.success(), "gguf-py: {}", String::from_utf8_lossy(&output.stderr));
+        let expected: Vec<(String, String, u64, u64, u64)> = serde_json::from_slice(&output.stdout).unwrap();
+        let value = report(&path, &[]);
+        let ours: Vec<(String, String, u64, u64, u64)> = value["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|entry| {
+                (
+                    entry["name"].as_str().unwrap().to_string(),
+                    entry["type"].as_str().unwrap().to_string(),
+                    entry["parameters"].as_u64().unwrap(),
+                    entry["bytes"].as_u64().unwrap(),
+                    entry["file_offset"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(ours, expected, "{file}");
+    }
+}
+
 #[test]
 fn page_memory_plan_matches_the_config() {
     // The GGUF keys give the plan; the folder's config.json says the same shape.

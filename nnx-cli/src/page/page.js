@@ -757,8 +757,8 @@
         const t = n.t;
         add(name, el('span', 'tog'), el('span', 'seg', segText(n)),
           t.part_of ? el('span', 'muted small', ' part of ' + String(t.part_of).split('.').slice(-2).join('.')) : null);
-        row.setAttribute('title', n.path + (t.file ? '\n' + t.file + ' @ ' + fmtInt(t.offset) : '') +
-          (t.dtype && t.dtype !== t.type ? '\nstored as ' + t.dtype : ''));
+        row.setAttribute('title', n.path + (t.file ? '\n' + t.file + ' @ ' + fmtInt(t.file_offset) : '') +
+          (t.dtype && t.dtype !== t.type && !t.ggml_type ? '\nstored as ' + t.dtype : ''));
         return add(row, name, el('div', null, typeBadge(t.type)), el('div', 'mono dim', fmtShape(t.shape)),
           el('div', 'num', fmtCount(t.parameters)), el('div', 'num', fmtBytes(t.bytes)), el('div', 'c-copy', copy));
       }
@@ -1042,7 +1042,7 @@
     function describe(n) {
       const t = n.t;
       if (t) {
-        return [n.path, 'type ' + t.type + (t.dtype && t.dtype !== t.type ? ' (stored ' + t.dtype + ')' : ''), 'shape ' + fmtShape(t.shape),
+        return [n.path, 'type ' + t.type + (t.dtype && t.dtype !== t.type && !t.ggml_type ? ' (stored ' + t.dtype + ')' : ''), 'shape ' + fmtShape(t.shape),
           fmtBytes(t.bytes) + ' · ' + fmtCount(t.parameters) + ' parameters', t.part_of ? 'part of ' + t.part_of : null].filter(Boolean);
       }
       const types = typesOf(n).slice(0, 4).map(([type, b]) => type + ' ' + fmtPct(b / (n.bytes || 1))).join(', ');
