@@ -138,6 +138,7 @@ pub fn run(args: Args) -> Result<String, CliError> {
     let bar = progress_bar(total, if encoding.seed().is_some() { "blocks" } else { "weights" });
     let mut out = Archive::new();
     let mut quantized = 0;
+    let mut stems = Vec::new();
     for name in archive.names() {
         let tensor = archive.try_get(name)?;
         if !chosen.iter().any(|chosen| chosen == name) {
@@ -145,6 +146,7 @@ pub fn run(args: Args) -> Result<String, CliError> {
             continue;
         }
         let stem = name.strip_suffix(".weight").unwrap_or(name);
+        stems.push(stem.to_string());
         bar.set_message(stem.to_string());
         let encoded = encode(&tensor, spec, encoding.seed(), &bar)?;
         for (entry, stream) in encoded.streams(stem) {
@@ -153,7 +155,7 @@ pub fn run(args: Args) -> Result<String, CliError> {
         quantized += 1;
     }
     bar.finish_and_clear();
-    let config = spec.map(QuantizationConfig::new);
+    let config = quantization_config(folder.quantization(), spec, &stems);
     write(input, output, &out, &folder, config.as_ref())?;
     Ok(format!("quantized {quantized} weights to {:?} into {}\n", encoding, output.display()))
 }
@@ -176,6 +178,27 @@ fn encode(
         }
         (None, None) => EncodedWeight::Float(tensor.clone()),
     })
+}
+
+/// The `quantization` entry of the result. An input already quantized keeps its entry, and
+/// the weights quantized now get overrides where their spec differs from its default (as
+/// mlx-lm writes mixed precision), so that every weight's spec stays readable.
+fn quantization_config(
+    input: Option<&QuantizationConfig>,
+    spec: Option<AffineSpec>,
+    stems: &[String],
+) -> Option<QuantizationConfig> {
+    let Some(mut config) = input.cloned() else { return spec.map(QuantizationConfig::new) };
+    if let Some(spec) = spec {
+        for stem in stems {
+            if spec == config.default {
+                config.overrides.remove(stem);
+            } else {
+                config.overrides.insert(stem.clone(), Some(spec));
+            }
+        }
+    }
+    Some(config)
 }
 
 /// Writes the result: a model folder (page-aligned shards, `config.json` with the

@@ -239,6 +239,35 @@ fn page_mlx_folder_merges_streams_into_their_weight() {
 }
 
 #[test]
+fn page_quantization_map_shows_a_mixed_mlx_folder() {
+    // MLX mixed precision: the MLP in 4 bits, then attention in 8 bits over it (the second
+    // pass keeps the first's spec and writes per-module overrides, as mlx-lm does).
+    let dir = scratch();
+    let (four, mixed) = (dir.path().join("four"), dir.path().join("mixed"));
+    let base = fixtures().join("models/llama3");
+    nnx_ok(&["quantize", text(&base), text(&four), "--encoding", "q4", "--pattern", "*mlp*"]);
+    nnx_ok(&["quantize", text(&four), text(&mixed), "--encoding", "q8", "--pattern", "*self_attn*"]);
+    let value = report(&mixed, &[]);
+    let cells = value["quant_map"]["cells"].as_array().unwrap();
+    let type_of = |layer: u64, role: &str| {
+        cells.iter().find(|cell| cell["layer"] == layer && cell["role"] == role).unwrap()["type"].as_str().unwrap()
+    };
+    for layer in 0..value["quant_map"]["layers"].as_u64().unwrap() {
+        for role in ["q", "k", "v", "o"] {
+            assert_eq!(type_of(layer, role), "MLX affine 8-bit/64");
+        }
+        for role in ["gate", "up", "down"] {
+            assert_eq!(type_of(layer, role), "MLX affine 4-bit/64");
+        }
+        assert_eq!(type_of(layer, "attn_norm"), "BF16");
+    }
+    // 4.5 and 8.5 bits per weight: the values and a BF16 scale and bias per 64.
+    let types = value["types"].as_array().unwrap();
+    let bits = |ty: &str| types.iter().find(|row| row["type"] == ty).unwrap()["bits_per_weight"].as_f64().unwrap();
+    assert_eq!((bits("MLX affine 4-bit/64"), bits("MLX affine 8-bit/64")), (4.5, 8.5));
+}
+
+#[test]
 fn page_json_and_html_carry_the_same_data() {
     let dir = scratch();
     let path = fixtures().join("gpt2-tiny/model.safetensors");
