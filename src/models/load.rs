@@ -540,22 +540,41 @@ impl Files {
                 target.finish_with(packed, &self.archive, &self.quantized_embedding()?)
             }
             Kind::Affine(spec) => {
-                let archive = &self.archive;
-                // Scales and biases as the folder stores them (mlx-lm keeps the model's dtype).
-                let scales = archive
-                    .names()
-                    .find(|name| name.ends_with(".scales"))
-                    .and_then(|name| archive.entry_spec(name).ok().flatten())
-                    .map_or(DType::BF16, |(dtype, _)| dtype);
-                let meta = |_: &str, linear: &Linear| {
-                    let [out, features] = linear.weight.shape() else { unreachable!("a linear weight is 2-D") };
-                    QuantizedLinear::meta(*features, *out, linear.bias.is_some(), spec, scales)
-                };
+                let meta = self.affine_meta(&dense, spec)?;
                 let quantized = affine(&dense, &meta)?;
-                target.finish_with(quantized, archive, &self.quantized_embedding()?)
+                target.finish_with(quantized, &self.archive, &self.quantized_embedding()?)
             }
             Kind::Dense(_) => target.finish(dense, &self.archive),
         }
+    }
+
+    /// For `map_weights::<Affine>`: the meta MLX affine layer of each projection of `dense`,
+    /// with the bits and group size the folder gives that module (mlx-lm's mixed precision
+    /// writes per-module overrides in `quantization`; without one the streams' shapes say),
+    /// else `default`; scales and biases in the dtype the folder stores them in.
+    fn affine_meta<M: Module>(
+        &self,
+        dense: &M,
+        default: AffineSpec,
+    ) -> Result<impl Fn(&str, &Linear) -> Result<QuantizedLinear> + use<M>> {
+        let folder = QuantizedFolder::open(&self.path)?;
+        // mlx-lm keeps the model's dtype for scales and biases.
+        let scales = self
+            .archive
+            .names()
+            .find(|name| name.ends_with(".scales"))
+            .and_then(|name| self.archive.entry_spec(name).ok().flatten())
+            .map_or(DType::BF16, |(dtype, _)| dtype);
+        let stems = Stems::new(dense, Naming::Transformers);
+        Ok(move |path: &str, linear: &Linear| {
+            let [out, features] = linear.weight.shape() else { unreachable!("a linear weight is 2-D") };
+            // A module the folder lacks or stores otherwise is named by the import.
+            let spec = match folder.encoding(&stems.of(path)) {
+                Ok(crate::quantized::WeightEncoding::Affine(spec)) => spec,
+                _ => default,
+            };
+            QuantizedLinear::meta(*features, *out, linear.bias.is_some(), spec, scales)
+        })
     }
 
     /// mlx-lm quantizes the token embedding too (`embed_tokens.weight` packed, with `scales` and
@@ -793,16 +812,7 @@ impl Files {
                 self.archive.import_plan_with(&packed, "", &self.quantized_embedding()?)
             }
             Kind::Affine(spec) => {
-                let scales = self
-                    .archive
-                    .names()
-                    .find(|name| name.ends_with(".scales"))
-                    .and_then(|name| self.archive.entry_spec(name).ok().flatten())
-                    .map_or(DType::BF16, |(dtype, _)| dtype);
-                let meta = |_: &str, linear: &Linear| {
-                    let [out, features] = linear.weight.shape() else { unreachable!("a linear weight is 2-D") };
-                    QuantizedLinear::meta(*features, *out, linear.bias.is_some(), spec, scales)
-                };
+                let meta = self.affine_meta(&dense, spec)?;
                 let quantized = affine(&dense, &meta)?;
                 self.archive.import_plan_with(&quantized, "", &self.quantized_embedding()?)
             }

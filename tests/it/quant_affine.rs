@@ -183,3 +183,40 @@ fn a_config_that_contradicts_the_streams_is_refused() {
     assert!(message.contains("weight") && message.contains("[64, 32]") && message.contains("[64, 16]"), "{message}");
     assert!(folder.encoding("layers.0.k").is_ok(), "the other layers are unaffected");
 }
+
+/// Logits of a folder as `nnx::models::load` runs it.
+fn folder_logits(dir: &std::path::Path, ids: &[u32]) -> Vec<f32> {
+    let loaded = nnx::models::load(dir.to_str().unwrap()).unwrap();
+    loaded.model.logits(ids).unwrap().to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn mixed_precision_folders_load_each_module_with_its_own_bits() {
+    // Attention in 8 bits, then everything else in 4 over it: the second pass writes per-module
+    // overrides for the first's modules, and the loader gives each layer its own spec.
+    let dir = util::scratch();
+    let (eight, mixed, floats) = (dir.path().join("eight"), dir.path().join("mixed"), dir.path().join("floats"));
+    let base = fixtures().join("models/llama3");
+    let run = |args: &[&str]| {
+        let (code, _, err) = util::run_nnx(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    };
+    let text = |path: &std::path::Path| path.to_str().unwrap().to_string();
+    run(&["quantize", &text(&base), &text(&eight), "--encoding", "q8", "--pattern", "*self_attn*"]);
+    run(&["quantize", &text(&eight), &text(&mixed), "--encoding", "q4"]);
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(mixed.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["quantization"]["bits"], 8);
+    assert_eq!(config["quantization"]["model.layers.0.mlp.up_proj"]["bits"], 4, "{}", config["quantization"]);
+    // The same values as floats: `nnx dequantize` decodes each weight with its own spec.
+    run(&["dequantize", &text(&mixed), &text(&floats), "--dtype", "f32"]);
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(base.join(file), mixed.join(file)).unwrap();
+        std::fs::copy(base.join(file), floats.join(file)).unwrap();
+    }
+    let ids = [1, 15, 27, 99, 3, 250];
+    let (ours, expected) = (folder_logits(&mixed, &ids), folder_logits(&floats, &ids));
+    let scale = expected.iter().fold(0f32, |top, value| top.max(value.abs()));
+    let diff = util::max_abs_diff(&ours, &expected, "mixed-precision logits");
+    assert!(diff <= 1e-3 * scale.max(1.0), "{diff} (logits reach {scale})");
+}
