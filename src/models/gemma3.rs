@@ -11,8 +11,9 @@
 
 use std::path::Path;
 
+use super::decoder::{FULL, GgufKeys, Pass, Rotary, SLIDING, Shape, check_layer_types, linear_rope_factor};
 use super::llama::RopeParameters;
-use super::qwen::{FULL, GgufKeys, Mlp, Pass, Rotary, SLIDING, Shape, check_layer_types, linear_rope_factor};
+use super::qwen::Mlp;
 use super::{Affine, Dense, Project, TokenEmbedding, Weights};
 use crate::generate::KvCache;
 use crate::gguf::Metadata;
@@ -585,40 +586,7 @@ where
     }
 }
 
-impl<D: Device, W: Weights> super::CausalLm for Gemma3<D, W>
-where
-    Tensor<D>: Compute,
-    W::Layer<D>: Project<D>,
-    GgmlLinear<D>: Project<D>,
-{
-    type Device = D;
-
-    fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
-        Compute::to_host(&self.forward(ids)?)
-    }
-
-    /// [`Gemma3Config::context_length`].
-    fn context_length(&self) -> usize {
-        self.config.context_length()
-    }
-
-    fn new_cache(&self, batch: usize, capacity: usize) -> crate::Result<KvCache<D>> {
-        super::check_capacity(capacity, self.context_length())?;
-        let config = &self.config;
-        KvCache::new(
-            self.embed.cache_like(&self.norm.weight),
-            self.layers.len(),
-            batch,
-            config.num_key_value_heads,
-            config.head_dim,
-            capacity,
-        )
-    }
-
-    fn forward_cached(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor> {
-        Compute::to_host(&self.forward_with_cache(ids, cache)?)
-    }
-}
+super::decoder::causal_lm!(Gemma3, Gemma3Config, config => config.num_key_value_heads, config.head_dim);
 
 /// A folder of `Gemma3ForCausalLM` (`model_type` `gemma3_text`), its projections in the dtype
 /// of its weights and its norms in F32.

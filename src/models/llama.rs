@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use super::qwen::{Pass, Rotary};
+use super::decoder::{Pass, Rotary};
 use super::{Affine, Dense, Project, TokenEmbedding, Weights};
 use crate::generate::KvCache;
 use crate::nn::{Init, Linear, RmsNorm};
@@ -194,7 +194,7 @@ impl LlamaConfig {
     /// [`crate::Error::NoEntry`] naming a missing key, [`crate::Error::ConfigField`] naming the
     /// first value that cannot make a model.
     pub fn from_gguf(metadata: &crate::gguf::Metadata, tied: bool) -> crate::Result<LlamaConfig> {
-        let keys = super::qwen::GgufKeys::new(metadata, &["llama"], "`LlamaConfig::from_gguf`")?;
+        let keys = super::decoder::GgufKeys::new(metadata, &["llama"], "`LlamaConfig::from_gguf`")?;
         let heads = keys.required_size("attention.head_count")?;
         let mut extra = serde_json::Map::new();
         extra.insert("model_type".into(), "llama".into());
@@ -213,7 +213,7 @@ impl LlamaConfig {
             rope_parameters: None,
             extra,
         };
-        config.check(&super::qwen::GgufKeys::origin())?;
+        config.check(&super::decoder::GgufKeys::origin())?;
         Ok(config)
     }
 
@@ -489,40 +489,7 @@ where
     }
 }
 
-impl<D: Device, W: Weights> super::CausalLm for Llama<D, W>
-where
-    Tensor<D>: Compute,
-    W::Layer<D>: Project<D>,
-    GgmlLinear<D>: Project<D>,
-{
-    type Device = D;
-
-    fn logits(&self, ids: &[u32]) -> crate::Result<Tensor> {
-        Compute::to_host(&self.forward(ids)?)
-    }
-
-    /// [`LlamaConfig::context_length`].
-    fn context_length(&self) -> usize {
-        self.config.context_length()
-    }
-
-    fn new_cache(&self, batch: usize, capacity: usize) -> crate::Result<KvCache<D>> {
-        super::check_capacity(capacity, self.context_length())?;
-        let config = &self.config;
-        KvCache::new(
-            self.embed.cache_like(&self.norm.weight),
-            self.layers.len(),
-            batch,
-            config.kv_heads(),
-            config.head_dim(),
-            capacity,
-        )
-    }
-
-    fn forward_cached(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor> {
-        Compute::to_host(&self.forward_with_cache(ids, cache)?)
-    }
-}
+super::decoder::causal_lm!(Llama, LlamaConfig, config => config.kv_heads(), config.head_dim());
 
 /// A folder of `LlamaForCausalLM` (`model_type` `llama`), in the dtype of its weights (BF16
 /// checkpoints load as BF16 views of the file).

@@ -604,7 +604,7 @@ impl Files {
         if let Some(quantization) = config.get("quantization") {
             let number = |key: &str| quantization.get(key).and_then(serde_json::Value::as_u64);
             let (Some(bits), Some(group)) = (number("bits"), number("group_size")) else {
-                return Err(super::qwen::unusable(
+                return Err(super::decoder::unusable(
                     &self.path.join("config.json"),
                     "`quantization` needs integer `bits` and `group_size`, as mlx-lm writes them".into(),
                 ));
@@ -706,7 +706,7 @@ fn ggml_summary(archive: &Archive) -> String {
 }
 
 fn unknown_architecture(path: &Path, key: &str, found: &str) -> Error {
-    super::qwen::unusable(
+    super::decoder::unusable(
         path,
         format!(
             "{key} is `{found}`; nnx runs llama (and mistral), qwen2, qwen3, gemma3 and gpt2: \

@@ -2,6 +2,7 @@
 //! Hugging Face checkpoints import as they are: [`bert`], [`gpt2`] and [`llama`].
 
 pub mod bert;
+mod decoder;
 pub mod gemma3;
 pub mod gguf;
 pub mod gpt2;
