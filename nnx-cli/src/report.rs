@@ -84,14 +84,14 @@ struct Entry {
 
 /// The report of `archive`, opened from `path` (as the user named it: `source`).
 pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -> Result<Value, CliError> {
-    let folder = quantized_folder(path, archive)?;
+    let folder = crate::stats::quantized_folder(path, archive)?;
     let entries = entries(archive, folder.as_ref())?;
     let files = files(path, &entries)?;
     let total_bytes: u64 = entries.iter().map(|entry| entry.info.bytes as u64).sum();
     let parameters: u64 = entries.iter().map(|entry| entry.parameters).sum();
     let mut validation = validate(archive, folder.as_ref(), &entries, &files);
 
-    let stats = if options.stats { Some(stats(path, archive, options.progress)?) } else { None };
+    let stats = if options.stats { Some(stats(archive, folder.as_ref(), options.progress)?) } else { None };
     if let Some(stats) = &stats {
         validation.extend(stats_findings(stats));
     }
@@ -142,12 +142,6 @@ pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -
         "metadata": metadata(archive, config.as_ref()),
         "chat_template": chat_template(path, archive),
     }))
-}
-
-/// The folder's quantized weights, when `path` is a folder of MLX affine or SEED weights.
-fn quantized_folder(path: &Path, archive: &Archive) -> Result<Option<QuantizedFolder>, CliError> {
-    let encoded = archive.names().any(|name| name.ends_with(".scales") || name.ends_with(".seeds"));
-    Ok(if path.is_dir() && encoded { Some(QuantizedFolder::open(path)?) } else { None })
 }
 
 fn entries(archive: &Archive, folder: Option<&QuantizedFolder>) -> Result<Vec<Entry>, CliError> {
@@ -436,8 +430,8 @@ fn quant_map(entries: &[Entry]) -> Value {
 
 /// Every tensor's statistics, named by the entry that carries its values, with why it is
 /// flagged.
-fn stats(path: &Path, archive: &Archive, progress: bool) -> Result<Vec<Value>, CliError> {
-    let collected = crate::stats::collect(path, archive, progress)?;
+fn stats(archive: &Archive, folder: Option<&QuantizedFolder>, progress: bool) -> Result<Vec<Value>, CliError> {
+    let collected = crate::stats::collect(archive, folder, progress)?;
     Ok(collected
         .into_iter()
         .map(|mut stats| {

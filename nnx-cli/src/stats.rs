@@ -37,7 +37,8 @@ enum Item {
 /// The report, and whether `--check` fails.
 pub fn run(args: Args) -> Result<(String, bool), CliError> {
     let (path, archive) = open_archive(args.path)?;
-    let tensors = collect(&path, &archive, !args.json)?;
+    let folder = quantized_folder(&path, &archive)?;
+    let tensors = collect(&archive, folder.as_ref(), !args.json)?;
     let flagged: Vec<&TensorStats> = tensors.iter().filter(|stats| stats.suspicious()).collect();
     let fails = args.check && !flagged.is_empty();
     if args.json {
@@ -47,18 +48,23 @@ pub fn run(args: Args) -> Result<(String, bool), CliError> {
     Ok((table(&tensors, &flagged), fails))
 }
 
-/// The statistics of every tensor of `archive` (opened from `path`), in entry order, the
-/// weights of a quantized folder decoded as wholes; a progress bar on stderr with `bar`.
-pub fn collect(path: &std::path::Path, archive: &nnx::Archive, bar: bool) -> Result<Vec<TensorStats>, CliError> {
-    // A quantized folder's weights are decoded as wholes; their streams are not tensors.
-    let folder = if path.is_dir() && archive.names().any(|name| name.ends_with(".scales") || name.ends_with(".seeds")) {
-        Some(QuantizedFolder::open(path)?)
-    } else {
-        None
-    };
+/// The folder's quantized weights, when `path` is a folder of MLX affine or SEED weights.
+pub fn quantized_folder(path: &std::path::Path, archive: &nnx::Archive) -> Result<Option<QuantizedFolder>, CliError> {
+    let encoded = archive.names().any(|name| name.ends_with(".scales") || name.ends_with(".seeds"));
+    Ok(if path.is_dir() && encoded { Some(QuantizedFolder::open(path)?) } else { None })
+}
+
+/// The statistics of every tensor of `archive`, in entry order; the weights of `folder` (the
+/// archive's quantized folder, if it is one) decoded as wholes, their streams not listed; a
+/// progress bar on stderr with `bar`.
+pub fn collect(
+    archive: &nnx::Archive,
+    folder: Option<&QuantizedFolder>,
+    bar: bool,
+) -> Result<Vec<TensorStats>, CliError> {
     let mut items = Vec::new();
     let mut streams = std::collections::HashSet::new();
-    if let Some(folder) = &folder {
+    if let Some(folder) = folder {
         for name in folder.weights() {
             if !matches!(folder.weight(&name)?, EncodedWeight::Float(_)) {
                 streams.extend(folder.streams_of(&name));
@@ -73,7 +79,7 @@ pub fn collect(path: &std::path::Path, archive: &nnx::Archive, bar: bool) -> Res
         .map(|item| {
             let result = match item {
                 Item::Entry(name) => entry_stats(archive, name),
-                Item::Encoded(name) => encoded_stats(folder.as_ref().expect("a folder"), name).map(Some),
+                Item::Encoded(name) => encoded_stats(folder.expect("a folder"), name).map(Some),
             };
             bar.inc(1);
             result
