@@ -102,6 +102,21 @@ fn on_the_pool<T: Send>(command: impl FnOnce() -> T + Send) -> T {
     }
 }
 
+/// The exit of a command whose success carries a verdict: its text printed, 1 when `flagged`
+/// (0 otherwise); on error the `error:` line and `trouble`.
+fn verdict(result: Result<(String, bool), CliError>, trouble: u8) -> ExitCode {
+    match result {
+        Ok((text, flagged)) => {
+            print!("{}", printable_lines(&text));
+            ExitCode::from(u8::from(flagged))
+        }
+        Err(error) => {
+            print_error(&error);
+            ExitCode::from(trouble)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -123,30 +138,9 @@ fn main() -> ExitCode {
         Command::Run(args) => on_the_pool(|| run::run(args)),
         Command::Perplexity(args) => on_the_pool(|| perplexity::run(args)),
         Command::Lora(args) => lora::run(args),
-        Command::Stats(args) => {
-            return match on_the_pool(|| stats::run(args)) {
-                Ok((text, fails)) => {
-                    print!("{}", printable_lines(&text));
-                    ExitCode::from(if fails { 1 } else { 0 })
-                }
-                Err(error) => {
-                    print_error(&error);
-                    ExitCode::from(1)
-                }
-            };
-        }
-        Command::Diff(args) => {
-            return match diff::run(args) {
-                Ok((text, equal)) => {
-                    print!("{}", printable_lines(&text));
-                    ExitCode::from(if equal { 0 } else { 1 })
-                }
-                Err(error) => {
-                    print_error(&error);
-                    ExitCode::from(2)
-                }
-            };
-        }
+        // `stats --check` fails with 1; `diff` says 1 for different and 2 for trouble.
+        Command::Stats(args) => return verdict(on_the_pool(|| stats::run(args)), 1),
+        Command::Diff(args) => return verdict(diff::run(args).map(|(text, equal)| (text, !equal)), 2),
     };
     match result {
         Ok(text) => {
