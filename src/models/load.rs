@@ -532,11 +532,7 @@ impl Files {
     {
         match kind {
             Kind::Seed => {
-                // Each layer as the folder stores it; the import then checks every stream.
-                let folder = QuantizedFolder::open(&self.path)?;
-                let stems = Stems::new(&dense, Naming::Transformers);
-                let layer = |path: &str, _: &Linear| folder.seed_linear(&stems.of(path));
-                let packed = seed(&dense, &layer)?;
+                let packed = seed(&dense, &self.seed_layers(&dense)?)?;
                 target.finish_with(packed, &self.archive, &self.quantized_embedding()?)
             }
             Kind::Affine(spec) => {
@@ -546,6 +542,14 @@ impl Files {
             }
             Kind::Dense(_) => target.finish(dense, &self.archive),
         }
+    }
+
+    /// For `map_weights::<Seed>`: each projection of `dense` as the folder stores it (the
+    /// import then checks every stream).
+    fn seed_layers<M: Module>(&self, dense: &M) -> Result<impl Fn(&str, &Linear) -> Result<SeedLinear> + use<M>> {
+        let folder = QuantizedFolder::open(&self.path)?;
+        let stems = Stems::new(dense, Naming::Transformers);
+        Ok(move |path: &str, _: &Linear| folder.seed_linear(&stems.of(path)))
     }
 
     /// For `map_weights::<Affine>`: the meta MLX affine layer of each projection of `dense`,
@@ -806,9 +810,7 @@ impl Files {
     ) -> Result<crate::ImportPlan> {
         match kind {
             Kind::Seed => {
-                let folder = QuantizedFolder::open(&self.path)?;
-                let stems = Stems::new(&dense, Naming::Transformers);
-                let packed = seed(&dense, &|path: &str, _: &Linear| folder.seed_linear(&stems.of(path)))?;
+                let packed = seed(&dense, &self.seed_layers(&dense)?)?;
                 self.archive.import_plan_with(&packed, "", &self.quantized_embedding()?)
             }
             Kind::Affine(spec) => {
