@@ -10,7 +10,7 @@ use crate::gguf::Metadata;
 use crate::nn::RmsNorm;
 use crate::{Compute, Device, Tensor};
 
-/// The checks every configuration of this family shares with Llama's: sizes at least 1, the
+/// The checks every decoder configuration (Llama, Qwen, Gemma 3) shares: sizes at least 1, the
 /// key/value heads dividing the query heads, an even head width, a bounded layer count and
 /// addressable weights.
 pub(crate) struct Shape {
@@ -21,6 +21,8 @@ pub(crate) struct Shape {
     pub(crate) kv_heads: Option<usize>,
     pub(crate) head_dim: Option<usize>,
     pub(crate) vocab: usize,
+    /// Hidden-sized vectors per layer (norms, biases) the weights bound counts.
+    pub(crate) vectors: usize,
 }
 
 impl Shape {
@@ -70,7 +72,7 @@ impl Shape {
                 &[2, self.hidden, self.heads, head_dim],
                 &[2, self.hidden, kv_heads, head_dim],
                 &[3, self.hidden, self.inner],
-                &[6, self.hidden],
+                &[self.vectors, self.hidden],
             ],
             &[&[2, self.vocab, self.hidden], &[1, self.hidden]],
         )

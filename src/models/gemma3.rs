@@ -269,6 +269,7 @@ impl Gemma3Config {
             kv_heads: Some(self.num_key_value_heads),
             head_dim: Some(self.head_dim),
             vocab: self.vocab_size,
+            vectors: 6,
         }
         .check(&checks)?;
         if !(self.query_pre_attn_scalar > 0.0 && self.query_pre_attn_scalar.is_finite()) {

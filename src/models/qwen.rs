@@ -169,6 +169,7 @@ impl QwenConfig {
             kv_heads: self.num_key_value_heads,
             head_dim: self.head_dim,
             vocab: self.vocab_size,
+            vectors: 6,
         }
         .check(&checks)?;
         if let Some(context) = self.max_position_embeddings {
