@@ -324,21 +324,20 @@ impl Proxy {
         let thread = {
             let (seen, stop) = (seen.clone(), stop.clone());
             std::thread::spawn(move || {
+                let mut connections = Vec::new();
                 // Bounded: the browser runs for at most two minutes.
                 let deadline = Instant::now() + Duration::from_secs(180);
                 while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                     match listener.accept() {
-                        Ok((mut stream, _)) => {
-                            stream.set_read_timeout(Some(Duration::from_secs(2))).ok();
-                            let mut buffer = [0u8; 512];
-                            let read = stream.read(&mut buffer).unwrap_or(0);
-                            let line =
-                                String::from_utf8_lossy(&buffer[..read]).lines().next().unwrap_or("").to_string();
-                            seen.lock().unwrap().push(line);
-                            let _ = stream.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
+                        Ok((stream, _)) => {
+                            let seen = seen.clone();
+                            connections.push(std::thread::spawn(move || record(stream, &seen)));
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(5)),
                     }
+                }
+                for connection in connections {
+                    let _ = connection.join();
                 }
             })
         };
@@ -349,6 +348,21 @@ impl Proxy {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().unwrap().join().unwrap();
         std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+/// Records the request line of one connection and refuses it. A connection the browser opens
+/// ahead of need and closes without a request (a preconnect) carries no request: its read ends
+/// empty when the browser closes it, and nothing is recorded.
+fn record(mut stream: std::net::TcpStream, seen: &Mutex<Vec<String>>) {
+    // Bounded: the browser is gone (and the connection closed) within its two minutes.
+    stream.set_read_timeout(Some(Duration::from_secs(150))).ok();
+    let mut buffer = [0u8; 512];
+    let read = stream.read(&mut buffer).unwrap_or(0);
+    if read > 0 {
+        let line = String::from_utf8_lossy(&buffer[..read]).lines().next().unwrap_or("").to_string();
+        seen.lock().unwrap().push(line);
+        let _ = stream.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
     }
 }
 
