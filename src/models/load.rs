@@ -340,6 +340,19 @@ impl Files {
     }
 }
 
+/// `$body` with `$dense` bound to a decoder [`Family`]'s model, written once for the three
+/// types, and the arms given for the other families.
+macro_rules! each_decoder {
+    ($family:expr, |$dense:ident| $body:expr, $($rest:tt)*) => {
+        match $family {
+            Family::Llama($dense) => $body,
+            Family::Qwen($dense) => $body,
+            Family::Gemma3($dense) => $body,
+            $($rest)*
+        }
+    };
+}
+
 /// The loading steps for one device: the families' bounds on their device hold for the host
 /// and the GPU by name, not for any `D`, so the steps are written once and stamped per device.
 macro_rules! loader {
@@ -354,16 +367,9 @@ macro_rules! loader {
 
             fn $gguf(&self, metadata: &crate::gguf::Metadata, target: &$target) -> Result<LoadedModel<$device>> {
                 let archive = &self.archive;
-                let tied = !archive.contains("output.weight");
                 let architecture = metadata.architecture().unwrap_or_default().to_string();
-                let model = match architecture.as_str() {
-                    "llama" => {
-                        let mut dense =
-                            Llama::new(&LlamaConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
-                        // Llama 3's rope scaling is in the file only as `rope_freqs.weight`.
-                        if let Some((_, shape)) = archive.entry_spec("rope_freqs.weight")? {
-                            dense.rope_freqs = Some(Tensor::meta(DType::F32, &shape));
-                        }
+                let model = match Family::from_gguf(self, metadata, &architecture)? {
+                    Family::Llama(mut dense) => {
                         pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         // q and k keep the file's rotary pair order (no reordered copy).
                         dense.stored_rope_rows = true;
@@ -377,9 +383,7 @@ macro_rules! loader {
                             |model: &mut Llama<$device, Ggml>| &mut model.lm_head,
                         )?
                     }
-                    "qwen2" | "qwen3" => {
-                        let mut dense =
-                            Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                    Family::Qwen(mut dense) => {
                         pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
                         target.finish_ggml(
@@ -390,9 +394,7 @@ macro_rules! loader {
                             |model: &mut Qwen<$device, Ggml>| &mut model.lm_head,
                         )?
                     }
-                    "gemma3" => {
-                        let mut dense =
-                            Gemma3::new(&Gemma3Config::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                    Family::Gemma3(mut dense) => {
                         pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
                         target.finish_ggml(
@@ -403,7 +405,9 @@ macro_rules! loader {
                             |model: &mut Gemma3<$device, Ggml>| &mut model.lm_head,
                         )?
                     }
-                    other => return Err(unknown_architecture(&self.path, "`general.architecture`", other)),
+                    Family::Gpt2(_) | Family::Bert(_) => {
+                        return Err(unknown_architecture(&self.path, "`general.architecture`", &architecture));
+                    }
                 };
                 let tokenizer = Tokenizer::from_gguf(metadata, &self.path)?;
                 let mut generation = GenerationConfig::default();
@@ -435,57 +439,19 @@ macro_rules! loader {
                 let model_type = value.get("model_type").and_then(|kind| kind.as_str()).unwrap_or_default().to_string();
                 let kind = self.folder_kind(&value)?;
                 let archive = &self.archive;
-                let (architecture, model) = match model_type.as_str() {
-                    "llama" | "mistral" => {
-                        let dense =
-                            Llama::new(&LlamaConfig::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta);
-                        (
-                            "llama",
-                            self.assemble(
-                                dense,
-                                kind,
-                                target,
-                                |dense, f| dense.map_weights::<Affine>(f),
-                                |dense, f| dense.map_weights::<Seed>(f),
-                            )?,
-                        )
-                    }
-                    "qwen2" | "qwen3" => {
-                        let dense =
-                            Qwen::new(&QwenConfig::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta);
-                        let name = if model_type == "qwen2" { "qwen2" } else { "qwen3" };
-                        (
-                            name,
-                            self.assemble(
-                                dense,
-                                kind,
-                                target,
-                                |dense, f| dense.map_weights::<Affine>(f),
-                                |dense, f| dense.map_weights::<Seed>(f),
-                            )?,
-                        )
-                    }
-                    "gemma3_text" | "gemma3" => {
-                        let config = Gemma3Config::from_file(&config_path)?;
-                        let dense = Gemma3::new(&config, kind.dtype(), crate::nn::Init::Meta);
-                        (
-                            "gemma3",
-                            self.assemble(
-                                dense,
-                                kind,
-                                target,
-                                |dense, f| dense.map_weights::<Affine>(f),
-                                |dense, f| dense.map_weights::<Seed>(f),
-                            )?,
-                        )
-                    }
-                    "gpt2" => {
-                        let dense =
-                            Gpt2::new(&Gpt2Config::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta);
-                        ("gpt2", target.finish(dense, archive)?)
-                    }
-                    other => return Err(unknown_architecture(&config_path, "`model_type`", other)),
-                };
+                let family = Family::from_config(&config_path, &model_type, kind.dtype())?;
+                let architecture = family.name(&model_type);
+                let model = each_decoder!(family, |dense| self.assemble(
+                    dense,
+                    kind,
+                    target,
+                    |dense, f| dense.map_weights::<Affine>(f),
+                    |dense, f| dense.map_weights::<Seed>(f),
+                )?,
+                    Family::Gpt2(dense) => target.finish(dense, archive)?,
+                    // An encoder: nnx plans its import but has no causal model to run.
+                    Family::Bert(_) => return Err(unknown_architecture(&config_path, "`model_type`", &model_type)),
+                );
                 let tokenizer = Tokenizer::from_folder(dir)?;
                 let bos_token_id = tokenizer.encode("")?.first().copied();
                 Ok(LoadedModel {
@@ -736,26 +702,8 @@ pub fn import_plan(source: &str, architecture: Option<&str>) -> Result<(String, 
     let files = Files::open(source)?;
     let archive = &files.archive;
     if let Some(metadata) = archive.gguf_metadata() {
-        let tied = !archive.contains("output.weight");
         let architecture = architecture.or(metadata.architecture()).unwrap_or_default().to_string();
-        let plan = match architecture.as_str() {
-            "llama" | "mistral" => {
-                let mut dense = Llama::new(&LlamaConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
-                if let Some((_, shape)) = archive.entry_spec("rope_freqs.weight")? {
-                    dense.rope_freqs = Some(Tensor::meta(DType::F32, &shape));
-                }
-                archive.import_plan(&dense, "")?
-            }
-            "qwen2" | "qwen3" => archive.import_plan(
-                &Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta),
-                "",
-            )?,
-            "gemma3" => archive.import_plan(
-                &Gemma3::new(&Gemma3Config::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta),
-                "",
-            )?,
-            other => return Err(unknown_architecture(&files.path, "`general.architecture`", other)),
-        };
+        let plan = Family::from_gguf(&files, metadata, &architecture)?.plan_dense(archive)?;
         return Ok((architecture, plan));
     }
     let config_path = files.path.join("config.json");
@@ -763,38 +711,98 @@ pub fn import_plan(source: &str, architecture: Option<&str>) -> Result<(String, 
     let model_type = value.get("model_type").and_then(|kind| kind.as_str()).unwrap_or_default();
     let architecture = architecture.unwrap_or(model_type).to_string();
     let kind = files.folder_kind(&value)?;
-    let plan = match architecture.as_str() {
-        "llama" | "mistral" => files.plan_folder(
-            Llama::new(&LlamaConfig::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta),
-            kind,
-            |dense, f| dense.map_weights::<Affine>(f),
-            |dense, f| dense.map_weights::<Seed>(f),
-        )?,
-        "qwen2" | "qwen3" => files.plan_folder(
-            Qwen::new(&QwenConfig::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta),
-            kind,
-            |dense, f| dense.map_weights::<Affine>(f),
-            |dense, f| dense.map_weights::<Seed>(f),
-        )?,
-        "gemma3_text" | "gemma3" => files.plan_folder(
-            Gemma3::new(&Gemma3Config::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta),
-            kind,
-            |dense, f| dense.map_weights::<Affine>(f),
-            |dense, f| dense.map_weights::<Seed>(f),
-        )?,
-        "gpt2" => archive
-            .import_plan(&Gpt2::new(&Gpt2Config::from_file(&config_path)?, kind.dtype(), crate::nn::Init::Meta), "")?,
-        "bert" => archive.import_plan(
-            &super::bert::Bert::new(
-                &super::bert::BertConfig::from_file(&config_path)?,
-                kind.dtype(),
-                crate::nn::Init::Meta,
-            ),
-            "",
-        )?,
-        other => return Err(unknown_architecture(&config_path, "`model_type`", other)),
-    };
+    let family = Family::from_config(&config_path, &architecture, kind.dtype())?;
+    let plan = each_decoder!(family, |dense| files.plan_folder(
+        dense,
+        kind,
+        |dense, f| dense.map_weights::<Affine>(f),
+        |dense, f| dense.map_weights::<Seed>(f),
+    )?,
+        other => other.plan_dense(archive)?,
+    );
     Ok((architecture, plan))
+}
+
+/// A family's dense model with meta tensors, built from the files' own account of its shape
+/// (the GGUF keys or `config.json`) before a byte of weights is read: the loader packs or
+/// quantizes it as the files store it, the import plan reports on it, and both name the
+/// families alike.
+enum Family {
+    Llama(Llama),
+    Qwen(Qwen),
+    Gemma3(Gemma3),
+    Gpt2(Gpt2),
+    Bert(super::bert::Bert),
+}
+
+impl Family {
+    /// The decoder `architecture` (`general.architecture`, or the caller's) describes in
+    /// `metadata`, in f32, tied when the file has no `output.weight`.
+    fn from_gguf(files: &Files, metadata: &crate::gguf::Metadata, architecture: &str) -> Result<Family> {
+        let archive = &files.archive;
+        let tied = !archive.contains("output.weight");
+        Ok(match architecture {
+            "llama" | "mistral" => {
+                let mut dense = Llama::new(&LlamaConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                // Llama 3's rope scaling is in the file only as `rope_freqs.weight`.
+                if let Some((_, shape)) = archive.entry_spec("rope_freqs.weight")? {
+                    dense.rope_freqs = Some(Tensor::meta(DType::F32, &shape));
+                }
+                Family::Llama(dense)
+            }
+            "qwen2" | "qwen3" => {
+                Family::Qwen(Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta))
+            }
+            "gemma3" => Family::Gemma3(Gemma3::new(
+                &Gemma3Config::from_gguf(metadata, tied)?,
+                DType::F32,
+                crate::nn::Init::Meta,
+            )),
+            other => return Err(unknown_architecture(&files.path, "`general.architecture`", other)),
+        })
+    }
+
+    /// The model `model_type` (`config.json`'s, or the caller's) names, built from
+    /// `config_path` in `dtype`.
+    fn from_config(config_path: &Path, model_type: &str, dtype: DType) -> Result<Family> {
+        let meta = crate::nn::Init::Meta;
+        Ok(match model_type {
+            "llama" | "mistral" => Family::Llama(Llama::new(&LlamaConfig::from_file(config_path)?, dtype, meta)),
+            "qwen2" | "qwen3" => Family::Qwen(Qwen::new(&QwenConfig::from_file(config_path)?, dtype, meta)),
+            "gemma3_text" | "gemma3" => {
+                Family::Gemma3(Gemma3::new(&Gemma3Config::from_file(config_path)?, dtype, meta))
+            }
+            "gpt2" => Family::Gpt2(Gpt2::new(&Gpt2Config::from_file(config_path)?, dtype, meta)),
+            "bert" => {
+                Family::Bert(super::bert::Bert::new(&super::bert::BertConfig::from_file(config_path)?, dtype, meta))
+            }
+            other => return Err(unknown_architecture(config_path, "`model_type`", other)),
+        })
+    }
+
+    /// The plan of importing the files into the dense model as it is.
+    fn plan_dense(&self, archive: &Archive) -> Result<crate::ImportPlan> {
+        match self {
+            Family::Llama(dense) => archive.import_plan(dense, ""),
+            Family::Qwen(dense) => archive.import_plan(dense, ""),
+            Family::Gemma3(dense) => archive.import_plan(dense, ""),
+            Family::Gpt2(dense) => archive.import_plan(dense, ""),
+            Family::Bert(dense) => archive.import_plan(dense, ""),
+        }
+    }
+
+    /// The family's name as [`LoadedModel::architecture`] gives it (`model_type` tells Qwen 2
+    /// from Qwen 3, whose models are one type).
+    fn name(&self, model_type: &str) -> &'static str {
+        match self {
+            Family::Llama(_) => "llama",
+            Family::Qwen(_) if model_type == "qwen2" => "qwen2",
+            Family::Qwen(_) => "qwen3",
+            Family::Gemma3(_) => "gemma3",
+            Family::Gpt2(_) => "gpt2",
+            Family::Bert(_) => "bert",
+        }
+    }
 }
 
 impl Files {
