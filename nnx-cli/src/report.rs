@@ -341,9 +341,7 @@ fn validate(archive: &Archive, folder: Option<&QuantizedFolder>, entries: &[Entr
     let empty: Vec<&str> =
         entries.iter().filter(|entry| entry.info.shape.contains(&0)).map(|entry| entry.info.name.as_str()).collect();
     if !empty.is_empty() {
-        let more = if empty.len() > 10 { format!(" and {} more", empty.len() - 10) } else { String::new() };
-        let names = empty.iter().take(10).copied().collect::<Vec<_>>().join(", ");
-        findings.push(finding("warning", format!("{} entries hold no values: {names}{more}", empty.len())));
+        findings.push(finding("warning", format!("{} entries hold no values: {}", empty.len(), first_ten(&empty))));
     }
     findings
 }
@@ -464,14 +462,18 @@ fn outlier(stats: &nnx::stats::TensorStats) -> Option<String> {
     })
 }
 
+/// The first ten of `items`, joined, and how many more there are: a finding names a few and
+/// counts the rest, however many tensors it is about.
+fn first_ten(items: &[impl std::fmt::Display]) -> String {
+    let listed = items.iter().take(10).map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    if items.len() > 10 { format!("{listed} and {} more", items.len() - 10) } else { listed }
+}
+
 /// What the statistics found: NaN or infinities (errors), all-zero tensors and far tails
 /// (warnings), each kind in one finding that names the first tensors.
 fn stats_findings(stats: &[Value]) -> Vec<Value> {
     let name = |stats: &&Value| stats["name"].as_str().unwrap_or_default().to_string();
-    let named = |names: Vec<String>| {
-        let more = if names.len() > 10 { format!(" and {} more", names.len() - 10) } else { String::new() };
-        format!("{}{more}", names.iter().take(10).map(|name| format!("`{name}`")).collect::<Vec<_>>().join(", "))
-    };
+    let named = |names: Vec<String>| first_ten(&names.iter().map(|name| format!("`{name}`")).collect::<Vec<_>>());
     let broken: Vec<String> = stats
         .iter()
         .filter(|stats| stats["nans"].as_u64() > Some(0) || stats["infs"].as_u64() > Some(0))
