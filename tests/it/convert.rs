@@ -10,14 +10,10 @@ use half::bf16;
 use nnx::{Archive, DType, Tensor};
 use serde_json::Value;
 
-use crate::util::{cache_dir, fixtures, run_nnx as nnx, scratch};
+use crate::util::{cache_dir, fixtures, run_nnx as nnx, scratch, text};
 
 fn torch_fixture(name: &str) -> PathBuf {
     fixtures().join("torch").join(name)
-}
-
-fn text(path: &Path) -> &str {
-    path.to_str().expect("scratch paths are UTF-8")
 }
 
 /// Runs `nnx convert IN OUT EXTRA...`, which must succeed quietly (stderr is not a terminal, so

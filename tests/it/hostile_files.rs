@@ -9,7 +9,7 @@ use std::time::Duration;
 use nnx::error::TorchProblem;
 use nnx::{Archive, Error};
 
-use crate::util::{Bounded, run_nnx_bounded, scratch};
+use crate::util::{Bounded, run_nnx_bounded, scratch, text};
 
 /// The address space each run may use: far below what the hostile inputs used to take, enough
 /// for the binary's threads and mappings.
@@ -23,10 +23,6 @@ fn run(case: &str, args: &[&str]) -> Bounded {
     let bounded = run_nnx_bounded(args, &[], MEMORY, TIMEOUT);
     eprintln!("{case}: peak_memory {} MiB", bounded.peak_memory >> 20);
     bounded
-}
-
-fn text(path: &Path) -> &str {
-    path.to_str().expect("scratch paths are UTF-8")
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {

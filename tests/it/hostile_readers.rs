@@ -16,7 +16,7 @@ use nnx::{Archive, DType, Error, Tensor};
 use serde_json::{Value, json};
 
 use crate::hostile::{ALLOCATION_LIMIT, Expect, corpus, entry, file, largest_allocation};
-use crate::util::{fixtures, run_nnx, scratch};
+use crate::util::{fixtures, run_nnx, scratch, text};
 
 /// 2^62: an axis no memory could hold, beside a zero-size one.
 const HUGE: u64 = 1 << 62;
@@ -73,10 +73,6 @@ fn succeeds(args: &[&str]) -> String {
     assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     assert_eq!(code, 0, "{args:?}: {stderr}");
     stdout
-}
-
-fn text(path: &Path) -> &str {
-    path.to_str().expect("scratch paths are UTF-8")
 }
 
 // ---------------------------------------------------------------------------------------------

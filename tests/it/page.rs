@@ -21,21 +21,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sha2::Digest;
 
-use crate::util::{fixtures, run_nnx, scratch};
+use crate::util::{fixtures, nnx_ok, run_nnx, scratch, text};
 
 /// The page's view size in the screenshots.
 const WINDOW: (u32, u32) = (1280, 900);
-
-/// Runs `nnx` and returns its stdout, failing with its stderr.
-fn nnx_ok(args: &[&str]) -> String {
-    let (code, out, err) = run_nnx(args);
-    assert_eq!(code, 0, "nnx {args:?}: {err}");
-    out
-}
-
-fn text(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
 
 /// The report `nnx inspect --json` prints, with `extra` flags.
 fn report(path: &Path, extra: &[&str]) -> Value {

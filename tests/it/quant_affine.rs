@@ -5,7 +5,7 @@ use nnx::nn::Linear;
 use nnx::quant::{AFFINE_BITS, AFFINE_GROUP_SIZES, AffineSpec, AffineWeight, QuantizedLinear};
 use nnx::{Archive, DType, Tensor};
 
-use crate::util::{self, fixtures};
+use crate::util::{self, fixtures, text};
 
 fn fixture(dtype: &str) -> Archive {
     Archive::open(fixtures().join("mlx").join(format!("affine_{dtype}.safetensors"))).unwrap()
@@ -197,19 +197,14 @@ fn mixed_precision_folders_load_each_module_with_its_own_bits() {
     let dir = util::scratch();
     let (eight, mixed, floats) = (dir.path().join("eight"), dir.path().join("mixed"), dir.path().join("floats"));
     let base = fixtures().join("models/llama3");
-    let run = |args: &[&str]| {
-        let (code, _, err) = util::run_nnx(args);
-        assert_eq!(code, 0, "{args:?}: {err}");
-    };
-    let text = |path: &std::path::Path| path.to_str().unwrap().to_string();
-    run(&["quantize", &text(&base), &text(&eight), "--encoding", "q8", "--pattern", "*self_attn*"]);
-    run(&["quantize", &text(&eight), &text(&mixed), "--encoding", "q4"]);
+    util::nnx_ok(&["quantize", text(&base), text(&eight), "--encoding", "q8", "--pattern", "*self_attn*"]);
+    util::nnx_ok(&["quantize", text(&eight), text(&mixed), "--encoding", "q4"]);
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(mixed.join("config.json")).unwrap()).unwrap();
     assert_eq!(config["quantization"]["bits"], 8);
     assert_eq!(config["quantization"]["model.layers.0.mlp.up_proj"]["bits"], 4, "{}", config["quantization"]);
     // The same values as floats: `nnx dequantize` decodes each weight with its own spec.
-    run(&["dequantize", &text(&mixed), &text(&floats), "--dtype", "f32"]);
+    util::nnx_ok(&["dequantize", text(&mixed), text(&floats), "--dtype", "f32"]);
     for file in ["tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(base.join(file), mixed.join(file)).unwrap();
         std::fs::copy(base.join(file), floats.join(file)).unwrap();

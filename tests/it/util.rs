@@ -57,6 +57,19 @@ pub fn run_nnx<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (i32, String, String) {
     )
 }
 
+/// Runs `nnx` with `args`, which must succeed, and returns its stdout; a failure names the
+/// arguments and shows stderr.
+pub fn nnx_ok(args: &[&str]) -> String {
+    let (code, out, err) = run_nnx(args);
+    assert_eq!(code, 0, "nnx {args:?}: {err}");
+    out
+}
+
+/// A path as the `&str` an argument list takes (scratch and fixture paths are UTF-8).
+pub fn text(path: &std::path::Path) -> &str {
+    path.to_str().expect("scratch and fixture paths are UTF-8")
+}
+
 /// The field `key` of a JSON reference file, deserialized as `T` (a panic names the key).
 pub fn json_field<T: serde::de::DeserializeOwned>(value: &serde_json::Value, key: &str) -> T {
     serde_json::from_value(value[key].clone()).unwrap_or_else(|error| panic!("reference field `{key}`: {error}"))
