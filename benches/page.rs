@@ -75,13 +75,13 @@ fn open_to_picture(chromium: &Path, page: &Path) -> f64 {
     let profile = std::env::temp_dir().join(format!("nnx-page-bench-profile-{}", std::process::id()));
     let shot = std::env::temp_dir().join(format!("nnx-page-bench-{}.png", std::process::id()));
     let start = Instant::now();
-    let status = browser(chromium, &profile)
+    browser(chromium, &profile)
         .arg(format!("--screenshot={}", shot.display()))
         .arg(format!("file://{}#view=tree", page.display()))
         .output()
         .expect("chromium starts");
     let seconds = start.elapsed().as_secs_f64();
-    let _ = (std::fs::remove_dir_all(&profile), std::fs::remove_file(&shot), status);
+    let _ = (std::fs::remove_dir_all(&profile), std::fs::remove_file(&shot));
     seconds
 }
 
