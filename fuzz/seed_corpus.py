@@ -384,6 +384,66 @@ def gguf_seeds():
     return seeds
 
 
+# ----------------------------------------------------------------------------------------------
+# GGUF tokenizer metadata, in the layout of fuzz_targets/gguf_tokenizer.rs: a flags byte (1:
+# llama, 2: scores, 4: types, 8: merges, 16: add BOS, 32: space prefix), a pre-tokenizer byte,
+# then NUL-separated tokens, merges, per-token type bytes and the text.
+
+
+def tokenizer_seed(flags, pre, tokens, merges, kinds, text):
+    sections = ["\n".join(tokens).encode(), "\n".join(merges).encode(), bytes(kinds), text.encode()]
+    return bytes([flags, pre]) + b"\0".join(sections)
+
+
+def gguf_tokenizer_seeds():
+    spm = ["<unk>", "<s>", "</s>", "<0x41>", "<0xZZ>", "\u2581", "a", "b", "ab", "\u2581a", "\u2581ab", "ba"]
+    spm_kinds = [2, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1, 1]
+    bpe = ["a", "b", "ab", "\u0120", "\u0120a", "<|endoftext|>", "c"]
+    bpe_merges = ["a b", "\u0120 a", "ab", "x y"]
+    bpe_kinds = [1, 1, 1, 1, 1, 3, 4]
+    return {
+        "spm.bin": tokenizer_seed(1 | 2 | 4 | 16 | 32, 0, spm, [], spm_kinds, "ab ba A<s>\u00e9"),
+        "spm-runs.bin": tokenizer_seed(1 | 2, 0, ["a" * n for n in range(1, 9)], [], [], "aaaaaaaaaaa"),
+        "bpe.bin": tokenizer_seed(4 | 8, 1, bpe, bpe_merges, bpe_kinds, "ab a<|endoftext|>c b"),
+        "bpe-llama3.bin": tokenizer_seed(4 | 8 | 16, 2, bpe, bpe_merges, bpe_kinds, "ab 1234 ab"),
+        "duplicate.bin": tokenizer_seed(8, 1, ["a", "b", "a"], ["a b"], [], "ab"),
+        "short-scores.bin": tokenizer_seed(1 | 2 | 4, 0, spm, [], [201], "ab"),
+    }
+
+
+def chat_template_seeds():
+    """The published templates of the fixtures, and small hostile ones after
+    tests/it/hostile_templates.rs (deep nesting kept to a few KB)."""
+    seeds = {f"{path.stem}.jinja": path.read_bytes() for path in sorted((FIXTURES / "chat").glob("*.jinja"))}
+    doubled = (
+        "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(48) %}{% set ns.a = [ns.a, ns.a] %}"
+        "{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
+    )
+    hostile = {
+        "repeat.jinja": "{{ 'x' * 20000000 }}",
+        "repeat-huge.jinja": "{{ 'x' * 10**12 }}",
+        "doubled-tojson.jinja": doubled + "{{ ns.a|tojson }}",
+        "doubled-print.jinja": doubled + "{{ ns.a }}",
+        "doubled-join.jinja": doubled + "{{ ns.a|join }}",
+        "doubled-sort.jinja": doubled + "{{ [ns.a, ns.b]|sort|length }}",
+        "deep-list.jinja": "{{ " + "[" * 3000 + "]" * 3000 + " }}",
+        "deep-minus.jinja": "{{ " + "-" * 3000 + "1 }}",
+        "deep-if.jinja": "{% if true %}" * 200 + "{% endif %}" * 200,
+        "deep-value.jinja": "{% set ns = namespace(a=1) %}{% for i in range(2000) %}{% set ns.a = "
+        + "[" * 70 + "ns.a" + "]" * 70 + " %}{% endfor %}{{ ns.a }}",
+        "range.jinja": "{% for i in range(10**9) %}{% endfor %}",
+        "recursive.jinja": "{% for x in [[1]] recursive %}{{ loop([x]) }}{% endfor %}",
+        "macro.jinja": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "format.jinja": "{{ '%999999999d'|format(1) }}{{ '{:>999999999}'.format(1) }}",
+        "indent.jinja": "{{ 'a\nb'|indent(10**9) }}",
+        "replace.jinja": "{{ ('x' * 10000).replace('x', 'x' * 1000000) }}",
+        "raise.jinja": "{{ raise_exception('no ' ~ messages[0].role) }}",
+        "raw.jinja": "{% raw %}{{ not closed {% endraw %}{{ messages|length }}",
+    }
+    seeds.update({name: text.encode() for name, text in hostile.items()})
+    return seeds
+
+
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e"
 
 
@@ -395,6 +455,8 @@ def main():
         "config": config_seeds(),
         "torch": torch_seeds(),
         "gguf": gguf_seeds(),
+        "chat_template": chat_template_seeds(),
+        "gguf_tokenizer": gguf_tokenizer_seeds(),
     }
     for target, seeds in targets.items():
         folder = CORPUS / target

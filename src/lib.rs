@@ -68,6 +68,8 @@ pub use nnx_core::{nn, quant};
 // Archives, saves and imports.
 /// LoRA adapters (PEFT, MLX-LM, GGUF) read and merged into derived modules.
 pub use nnx_io::adapter;
+/// Configuration files read with a size limit.
+pub use nnx_io::config;
 pub use nnx_io::gguf;
 pub use nnx_io::hub;
 /// Archives in object stores and on the Hub: [`Archive::open`] takes their URLs.

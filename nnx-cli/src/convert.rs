@@ -128,14 +128,27 @@ fn target(output: &Path, sharded: bool) -> Result<PathBuf, CliError> {
 /// A failure to copy entry `name` of `input`, saying what to do.
 fn entry_error(input: &Path, name: &str, error: &Error) -> CliError {
     let input = input.display();
-    CliError(match error {
-        Error::Expansion { shape, bytes, stored, limit, .. } => format!(
-            "cannot convert `{name}` of `{input}`: its layout (shape {shape:?}) repeats the {stored} bytes it is stored in into {bytes} bytes, over the limit of {limit} bytes ({} times the stored bytes plus {} MiB), as no saved weight does: if the copy is meant, pass `--allow-expansion`",
+    CliError(match expansion(error) {
+        Some(layout) => {
+            format!("cannot convert `{name}` of `{input}`: {layout}: if the copy is meant, pass `--allow-expansion`")
+        }
+        None => format!("cannot convert `{name}` of `{input}`: {error}"),
+    })
+}
+
+/// What a view that would expand past its limit does, for a message that names the entry
+/// (`its layout ... as no saved weight does`); `None` for other errors. An error that names the
+/// entry already ([`Error::Data`]) is looked into.
+pub(crate) fn expansion(error: &Error) -> Option<String> {
+    match error {
+        Error::Expansion { shape, bytes, stored, limit, .. } => Some(format!(
+            "its layout (shape {shape:?}) repeats the {stored} bytes it is stored in into {bytes} bytes, over the limit of {limit} bytes ({} times the stored bytes plus {} MiB), as no saved weight does",
             nnx::Tensor::EXPANSION_FACTOR,
             nnx::Tensor::EXPANSION_ALLOWANCE >> 20
-        ),
-        error => format!("cannot convert `{name}` of `{input}`: {error}"),
-    })
+        )),
+        Error::Data { source, .. } => expansion(source),
+        _ => None,
+    }
 }
 
 /// Runs the command; returns the summary line.

@@ -79,7 +79,18 @@ pub fn run(args: Args) -> Result<String, CliError> {
             }
             continue;
         }
-        decoded.insert(name, archive.try_get(name)?);
+        // Copied as it is: a view that repeats a few stored bytes into gigabytes is refused here,
+        // naming the file, rather than when the output is written.
+        let tensor = archive.try_get(name)?;
+        if let Err(error) = tensor.check_expansion(tensor.expansion_limit()) {
+            let layout = crate::convert::expansion(&error).unwrap_or_else(|| error.to_string());
+            return Err(CliError(format!(
+                "cannot copy `{}` of `{}`: {layout}: save the tensor contiguous and dequantize that file",
+                nnx::text::printable(name),
+                input.display()
+            )));
+        }
+        decoded.insert(name, tensor);
     }
     if Output::is_folder(input, output) {
         let config = folder.config().cloned().map(|mut config| {

@@ -164,7 +164,24 @@ impl Report {
 
 fn entry_values(archive: &Archive, name: &str, path: &Path) -> Result<Values, CliError> {
     let tensor = archive.try_get(name)?;
-    values(&tensor).map_err(|error| CliError(format!("cannot read `{name}` of `{}`: {error}", path.display())))
+    values(&tensor).map_err(|error| {
+        let (name, path) = (printable(name), path.display());
+        CliError(match crate::convert::expansion(&error) {
+            Some(layout) => format!(
+                "cannot compare `{name}` of `{path}`: {layout}: save the tensor contiguous and compare that file"
+            ),
+            None => format!("cannot read `{name}` of `{path}`: {error}"),
+        })
+    })
+}
+
+/// The elements of a shape, saturating at `u64::MAX` (a header may describe more than any file
+/// holds).
+fn elements(shape: &[usize]) -> u64 {
+    if shape.contains(&0) {
+        return 0;
+    }
+    shape.iter().fold(1u64, |product, &size| product.saturating_mul(size as u64))
 }
 
 /// Runs the command; returns the report and whether the checkpoints are equal.
@@ -233,10 +250,9 @@ fn render_text(report: &Report, a_path: &Path, b_path: &Path) -> String {
             (false, false, _) => "values",
         };
         let (max, differing) = match &common.compared {
-            Some(compared) => (
-                number(compared.max_abs_diff),
-                format!("{}/{}", compared.differing, common.a.shape.iter().product::<usize>()),
-            ),
+            Some(compared) => {
+                (number(compared.max_abs_diff), format!("{}/{}", compared.differing, elements(&common.a.shape)))
+            }
             None => (String::new(), String::new()),
         };
         rows.push(vec![
@@ -285,7 +301,7 @@ fn render_json(report: &Report, a_path: &Path, b_path: &Path, atol: f64) -> Stri
                 "dtype_differs": common.a.dtype != common.b.dtype,
                 "shape_differs": common.a.shape != common.b.shape,
                 "compared": common.compared.is_some(),
-                "elements": common.a.shape.iter().product::<usize>(),
+                "elements": elements(&common.a.shape),
             });
             if let Some(compared) = &common.compared {
                 value["max_abs_diff"] = json_number(compared.max_abs_diff);

@@ -65,7 +65,8 @@ pub fn run(args: Args) -> Result<String, CliError> {
     }
     let path: &Path = &path;
     let entries: Vec<EntryInfo> = archive.names().map(|name| archive.info(name)).collect::<nnx::Result<_>>()?;
-    let total: usize = entries.iter().map(|entry| entry.bytes).sum();
+    // Saturating: views read from a file may each describe up to `isize::MAX` bytes.
+    let total = entries.iter().fold(0usize, |total, entry| total.saturating_add(entry.bytes));
     let mut out = format!("{}: {} entries, {}\n", path.display(), entries.len(), human_bytes(total));
     if !archive.metadata().is_empty() {
         out.push_str("metadata:\n");

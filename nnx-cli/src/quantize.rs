@@ -148,6 +148,16 @@ pub fn run(args: Args) -> Result<String, CliError> {
         let stem = name.strip_suffix(".weight").unwrap_or(name);
         stems.push(stem.to_string());
         bar.set_message(stem.to_string());
+        // Encoding reads every value: a view that repeats a few stored bytes into gigabytes is
+        // refused before it is copied.
+        if let Err(error) = tensor.check_expansion(tensor.expansion_limit()) {
+            let layout = crate::convert::expansion(&error).unwrap_or_else(|| error.to_string());
+            return Err(CliError(format!(
+                "cannot quantize `{}` of `{}`: {layout}: save the weight contiguous and quantize that file",
+                nnx::text::printable(name),
+                input.display()
+            )));
+        }
         let encoded = encode(&tensor, spec, encoding.seed(), &bar)?;
         for (entry, stream) in encoded.streams(stem) {
             out.insert(entry, stream);

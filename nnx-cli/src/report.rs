@@ -87,11 +87,12 @@ pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -
     let folder = crate::stats::quantized_folder(path, archive)?;
     let entries = entries(archive, folder.as_ref())?;
     let files = files(path, &entries)?;
-    let total_bytes: u64 = entries.iter().map(|entry| entry.info.bytes as u64).sum();
-    let parameters: u64 = entries.iter().map(|entry| entry.parameters).sum();
+    // Sums saturate: a hostile header may describe entries whose sizes add past `u64::MAX`.
+    let total_bytes = entries.iter().fold(0u64, |total, entry| total.saturating_add(entry.info.bytes as u64));
+    let parameters = entries.iter().fold(0u64, |total, entry| total.saturating_add(entry.parameters));
     let mut validation = validate(archive, folder.as_ref(), &entries, &files);
 
-    let stats = if options.stats { Some(stats(archive, folder.as_ref(), options.progress)?) } else { None };
+    let stats = if options.stats { Some(stats(path, archive, folder.as_ref(), options.progress)?) } else { None };
     if let Some(stats) = &stats {
         validation.extend(stats_findings(stats));
     }
@@ -119,9 +120,10 @@ pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -
         None => None,
     };
     // A GGUF file carries its own configuration; a `config.json` beside it may be another's.
-    let config = if archive.gguf_metadata().is_some() { None } else { config_json(path) };
-    let memory = memory_plan(archive, config.as_ref(), total_bytes, options);
+    let config = if archive.gguf_metadata().is_some() { None } else { config_json(path, &mut validation) };
+    let memory = memory_plan(archive, config.as_ref().map(|config| &config.value), total_bytes, options);
 
+    let chat_template = chat_template(path, archive, &mut validation);
     let entry_values: Vec<Value> = entries.iter().map(|entry| entry_json(archive, path, entry)).collect();
     Ok(json!({
         "version": 1,
@@ -140,7 +142,7 @@ pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -
         "plan": plan,
         "memory": memory,
         "metadata": metadata(archive, config.as_ref()),
-        "chat_template": chat_template(path, archive),
+        "chat_template": chat_template,
     }))
 }
 
@@ -159,9 +161,9 @@ fn entries(archive: &Archive, folder: Option<&QuantizedFolder>) -> Result<Vec<En
                         nnx::quantized::WeightEncoding::Affine(spec) => spec.bits as u64,
                         _ => 32,
                     };
-                    info.shape.iter().map(|&size| size as u64).product::<u64>() * 32 / bits
+                    values_of(&info.shape).saturating_mul(32) / bits.max(1)
                 }
-                EncodedWeight::Seed(seed) => seed.shape().iter().map(|&size| size as u64).product(),
+                EncodedWeight::Seed(seed) => values_of(&seed.shape()),
             };
             let streams = folder.streams_of(&name);
             let main = streams.iter().find(|stream| stream.ends_with(".weight")).unwrap_or(&streams[0]).clone();
@@ -178,7 +180,7 @@ fn entries(archive: &Archive, folder: Option<&QuantizedFolder>) -> Result<Vec<En
         .iter()
         .map(|name| {
             let info = archive.info(name)?;
-            let values: u64 = info.shape.iter().map(|&size| size as u64).product();
+            let values = values_of(&info.shape);
             let (ty, parameters, part_of) = match (encoded.get(*name), archive.ggml_type(name)) {
                 (Some((main, ty, values)), _) if main == name => (ty.clone(), *values, None),
                 (Some((main, ty, _)), _) => (ty.clone(), 0, Some(main.clone())),
@@ -190,6 +192,15 @@ fn entries(archive: &Archive, folder: Option<&QuantizedFolder>) -> Result<Vec<En
             Ok(Entry { info, ty, parameters, part_of, layer, role })
         })
         .collect()
+}
+
+/// The values a shape holds, saturating at `u64::MAX` (a header may describe more than any
+/// file holds: the report counts them without overflowing).
+fn values_of(shape: &[usize]) -> u64 {
+    if shape.contains(&0) {
+        return 0;
+    }
+    shape.iter().fold(1u64, |product, &size| product.saturating_mul(size as u64))
 }
 
 /// The block index of a tensor path (`layers.3`, `blk.3`, `h.3`, `layer.3`, `blocks.3`) and
@@ -352,8 +363,8 @@ fn types(entries: &[Entry]) -> Vec<Value> {
     for entry in entries {
         let row = by_type.entry(&entry.ty).or_default();
         row.0 += u64::from(entry.part_of.is_none());
-        row.1 += entry.parameters;
-        row.2 += entry.info.bytes as u64;
+        row.1 = row.1.saturating_add(entry.parameters);
+        row.2 = row.2.saturating_add(entry.info.bytes as u64);
     }
     let mut rows: Vec<(&str, (u64, u64, u64))> = by_type.into_iter().collect();
     rows.sort_by(|a, b| b.1.2.cmp(&a.1.2).then(a.0.cmp(b.0)));
@@ -402,7 +413,8 @@ fn quant_map(entries: &[Entry]) -> Value {
     let mut parts: HashMap<&str, u64> = HashMap::new();
     for entry in entries {
         if let Some(main) = &entry.part_of {
-            *parts.entry(main).or_default() += entry.info.bytes as u64;
+            let part = parts.entry(main).or_default();
+            *part = part.saturating_add(entry.info.bytes as u64);
         }
     }
     let mut cells = Vec::new();
@@ -411,7 +423,7 @@ fn quant_map(entries: &[Entry]) -> Value {
         let name = &entry.info.name;
         let weight = !name.ends_with(".bias") && entry.part_of.is_none() && entry.parameters > 0;
         if weight && seen.insert((entry.layer, entry.role)) {
-            let bytes = entry.info.bytes as u64 + parts.get(name.as_str()).copied().unwrap_or(0);
+            let bytes = (entry.info.bytes as u64).saturating_add(parts.get(name.as_str()).copied().unwrap_or(0));
             cells.push(json!({
                 "layer": entry.layer,
                 "role": entry.role,
@@ -422,14 +434,21 @@ fn quant_map(entries: &[Entry]) -> Value {
         }
     }
     let roles: Vec<&str> = ROLES.iter().copied().filter(|role| seen.iter().any(|(_, seen)| seen == role)).collect();
-    let layers = entries.iter().filter_map(|entry| entry.layer).max().map_or(0, |last| last + 1);
+    // Block indices come from names: one past the largest, which a hostile name makes huge (the
+    // page draws only the blocks that have cells when they are sparse).
+    let layers = entries.iter().filter_map(|entry| entry.layer).max().map_or(0, |last| last.saturating_add(1));
     json!({ "roles": roles, "layers": layers, "cells": cells })
 }
 
 /// Every tensor's statistics, named by the entry that carries its values, with why it is
 /// flagged.
-fn stats(archive: &Archive, folder: Option<&QuantizedFolder>, progress: bool) -> Result<Vec<Value>, CliError> {
-    let collected = crate::stats::collect(archive, folder, progress)?;
+fn stats(
+    path: &Path,
+    archive: &Archive,
+    folder: Option<&QuantizedFolder>,
+    progress: bool,
+) -> Result<Vec<Value>, CliError> {
+    let collected = crate::stats::collect(path, archive, folder, progress)?;
     Ok(collected
         .into_iter()
         .map(|mut stats| {
@@ -510,11 +529,227 @@ fn stats_findings(stats: &[Value]) -> Vec<Value> {
     findings
 }
 
-/// `config.json` of a folder, or beside a file.
-fn config_json(path: &Path) -> Option<Value> {
+/// Nodes (scalars, arrays, objects) kept from a configuration file: far more than any model's
+/// `config.json` has, so that a file of millions of tiny values is summarised, not built whole.
+const CONFIG_NODES: usize = 1 << 16;
+
+/// A configuration file as the report shows it: its top-level keys with their values, arrays
+/// cut to [`ARRAY_ITEMS`] items (at any depth), and what was left out.
+struct Config {
+    /// The object, cut.
+    value: Value,
+    /// The length of each top-level array, before it was cut.
+    lengths: HashMap<String, usize>,
+    /// Top-level keys left out once [`CONFIG_NODES`] were kept.
+    omitted: usize,
+}
+
+/// The text of the configuration file `file`, within the size limit of configurations, or
+/// `None` when there is none; a file that cannot be read or is too large adds a warning to
+/// `findings` and is left out.
+fn config_text(file: &Path, findings: &mut Vec<Value>) -> Option<String> {
+    if !file.is_file() {
+        return None;
+    }
+    match nnx::config::read_text(file) {
+        Ok(text) => Some(text),
+        Err(error) => {
+            findings.push(finding("warning", format!("{error}: left out of the report")));
+            None
+        }
+    }
+}
+
+/// `config.json` of a folder, or beside a file, read within the size limit of configurations
+/// and parsed bounded (see [`Config`]); a file too large or not JSON adds a warning to
+/// `findings` and is left out.
+fn config_json(path: &Path, findings: &mut Vec<Value>) -> Option<Config> {
     let dir = if path.is_dir() { path } else { path.parent()? };
-    let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
-    serde_json::from_str(&text).ok()
+    let file = dir.join("config.json");
+    let text = config_text(&file, findings)?;
+    let budget = std::cell::Cell::new(CONFIG_NODES);
+    let mut deserializer = serde_json::Deserializer::from_str(&text);
+    let parsed = serde::de::DeserializeSeed::deserialize(TopLevel { budget: &budget }, &mut deserializer)
+        .and_then(|config| deserializer.end().map(|()| config));
+    match parsed {
+        Ok(config) => {
+            if config.omitted > 0 {
+                findings.push(finding(
+                    "warning",
+                    format!(
+                        "`{}` holds more than {CONFIG_NODES} values: {} top-level keys after them are left out of the report",
+                        file.display(),
+                        config.omitted
+                    ),
+                ));
+            }
+            Some(config)
+        }
+        Err(error) => {
+            findings.push(finding(
+                "warning",
+                format!("`{}` is not valid JSON ({error}): left out of the report", file.display()),
+            ));
+            None
+        }
+    }
+}
+
+/// Parses the top level of a configuration into a [`Config`].
+struct TopLevel<'a> {
+    budget: &'a std::cell::Cell<usize>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for TopLevel<'_> {
+    type Value = Config;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Config, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for TopLevel<'_> {
+    type Value = Config;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Config, A::Error> {
+        let mut config = Config { value: Value::Object(serde_json::Map::new()), lengths: HashMap::new(), omitted: 0 };
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !take(self.budget) {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                config.omitted += 1;
+                continue;
+            }
+            let (value, length) = map.next_value_seed(Bounded { budget: self.budget })?;
+            if let Some(length) = length {
+                config.lengths.insert(key.clone(), length);
+            }
+            object.insert(key, value);
+        }
+        config.value = Value::Object(object);
+        Ok(config)
+    }
+
+    // Not an object: no keys to show, and nothing kept.
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Config, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Config { value: Value::Null, lengths: HashMap::new(), omitted: 0 })
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Config, E> {
+        Ok(Config { value: Value::Null, lengths: HashMap::new(), omitted: 0 })
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Config, E> {
+        Ok(Config { value: Value::Null, lengths: HashMap::new(), omitted: 0 })
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Config, E> {
+        Ok(Config { value: Value::Null, lengths: HashMap::new(), omitted: 0 })
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Config, E> {
+        Ok(Config { value: Value::Null, lengths: HashMap::new(), omitted: 0 })
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Config, E> {
+        Ok(Config { value: Value::Null, lengths: HashMap::new(), omitted: 0 })
+    }
+
+    fn visit_unit<E>(self) -> Result<Config, E> {
+        Ok(Config { value: Value::Null, lengths: HashMap::new(), omitted: 0 })
+    }
+}
+
+/// Takes one node from `budget`; `false` once it is spent.
+fn take(budget: &std::cell::Cell<usize>) -> bool {
+    let left = budget.get();
+    budget.set(left.saturating_sub(1));
+    left > 0
+}
+
+/// Parses one JSON value into a [`Value`] with arrays cut to [`ARRAY_ITEMS`] items and at most
+/// the nodes left in `budget`; what is not kept is skipped unbuilt ([`serde::de::IgnoredAny`]).
+/// Gives the value and, for an array, its length before the cut.
+struct Bounded<'a> {
+    budget: &'a std::cell::Cell<usize>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Bounded<'_> {
+    type Value = (Value, Option<usize>);
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Bounded<'_> {
+    type Value = (Value, Option<usize>);
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Self::Value, E> {
+        Ok((Value::Bool(value), None))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Self::Value, E> {
+        Ok((json!(value), None))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Self::Value, E> {
+        Ok((json!(value), None))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Self::Value, E> {
+        Ok((json!(value), None))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+        Ok((Value::String(value.to_string()), None))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Self::Value, E> {
+        Ok((Value::String(value), None))
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok((Value::Null, None))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let (mut items, mut length) = (Vec::new(), 0usize);
+        loop {
+            let more = if items.len() < ARRAY_ITEMS && take(self.budget) {
+                seq.next_element_seed(Bounded { budget: self.budget })?.map(|(item, _)| items.push(item)).is_some()
+            } else {
+                seq.next_element::<serde::de::IgnoredAny>()?.is_some()
+            };
+            if !more {
+                break;
+            }
+            length += 1;
+        }
+        Ok((Value::Array(items), Some(length)))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if take(self.budget) {
+                let (value, _) = map.next_value_seed(Bounded { budget: self.budget })?;
+                object.insert(key, value);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok((Value::Object(object), None))
+    }
 }
 
 /// Weights plus KV cache for the context and batch asked for, from the GGUF keys or
@@ -552,7 +787,10 @@ fn memory_plan(archive: &Archive, config: Option<&Value>, weights: u64, options:
         ("config.json", architecture, layers, kv_heads, head_dim, head_dim, context)
     };
     let ctx = options.ctx.unwrap_or_else(|| context.map_or(DEFAULT_CTX, |context| (context as usize).min(DEFAULT_CTX)));
-    let values = layers * ctx as u64 * options.batch as u64 * kv_heads * (key_dim + value_dim);
+    // Saturating: the keys come from the file, and a hostile one describes any size.
+    let values = [ctx as u64, options.batch as u64, kv_heads, key_dim.saturating_add(value_dim)]
+        .iter()
+        .fold(layers, |product, &factor| product.saturating_mul(factor));
     let kv = [(nnx::DType::F32, "nnx's cache"), (nnx::DType::F16, "llama.cpp's default cache type")];
     let kv: Vec<Value> = kv
         .iter()
@@ -569,13 +807,13 @@ fn memory_plan(archive: &Archive, config: Option<&Value>, weights: u64, options:
         "head_dim": key_dim,
         "weights_bytes": weights,
         "kv": kv,
-        "total_bytes": weights + values * 4,
+        "total_bytes": weights.saturating_add(values.saturating_mul(4)),
     }))
 }
 
 /// The metadata, typed: GGUF values with their types (long arrays cut to their first items),
 /// SafeTensors `__metadata__` strings, and `config.json`'s keys.
-fn metadata(archive: &Archive, config: Option<&Value>) -> Vec<Value> {
+fn metadata(archive: &Archive, config: Option<&Config>) -> Vec<Value> {
     let mut rows = Vec::new();
     if let Some(metadata) = archive.gguf_metadata() {
         for (key, value) in metadata.iter() {
@@ -600,20 +838,17 @@ fn metadata(archive: &Archive, config: Option<&Value>) -> Vec<Value> {
             rows.push(json!({ "key": key, "type": "string", "value": value, "length": null, "folded": false }));
         }
     }
-    if let Some(Value::Object(config)) = config {
-        for (key, value) in config {
-            let (ty, length) = match value {
-                Value::Array(items) => ("json array", Some(items.len())),
-                Value::Object(_) => ("json object", None),
-                Value::String(_) => ("json string", None),
-                Value::Number(_) => ("json number", None),
-                Value::Bool(_) => ("json bool", None),
-                Value::Null => ("json null", None),
+    if let Some(Config { value: Value::Object(object), lengths, .. }) = config {
+        for (key, value) in object {
+            let ty = match value {
+                Value::Array(_) => "json array",
+                Value::Object(_) => "json object",
+                Value::String(_) => "json string",
+                Value::Number(_) => "json number",
+                Value::Bool(_) => "json bool",
+                Value::Null => "json null",
             };
-            let value = match value {
-                Value::Array(items) => Value::Array(items.iter().take(ARRAY_ITEMS).cloned().collect()),
-                other => other.clone(),
-            };
+            let length = lengths.get(key).copied();
             rows.push(json!({
                 "key": format!("config.json: {key}"),
                 "type": ty,
@@ -653,28 +888,217 @@ fn array_json(array: &Array) -> Value {
 }
 
 /// The chat template: the GGUF key, or a folder's `chat_template.jinja` or
-/// `tokenizer_config.json`.
-fn chat_template(path: &Path, archive: &Archive) -> Option<String> {
+/// `tokenizer_config.json` (each read within the size limit of configurations, the latter
+/// parsed for its `chat_template` alone; a file too large or not JSON adds a warning to
+/// `findings`).
+fn chat_template(path: &Path, archive: &Archive, findings: &mut Vec<Value>) -> Option<String> {
     if let Some(metadata) = archive.gguf_metadata() {
         return metadata.str("tokenizer.chat_template").map(str::to_string);
     }
     let dir = if path.is_dir() { path } else { path.parent()? };
-    if let Ok(text) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
+    if let Some(text) = config_text(&dir.join("chat_template.jinja"), findings) {
         return Some(text);
     }
-    let config: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?).ok()?;
-    match config.get("chat_template")? {
-        Value::String(text) => Some(text.clone()),
-        // Named templates: each under its name.
-        Value::Array(named) => Some(
-            named
-                .iter()
-                .filter_map(|item| {
-                    Some(format!("{{# {} #}}\n{}", item.get("name")?.as_str()?, item.get("template")?.as_str()?))
-                })
-                .collect::<Vec<_>>()
-                .join("\n"),
-        ),
-        _ => None,
+    let file = dir.join("tokenizer_config.json");
+    let text = config_text(&file, findings)?;
+    match serde_json::from_str::<TokenizerConfig>(&text) {
+        Ok(config) => config.chat_template.and_then(|template| template.0),
+        Err(error) => {
+            findings.push(finding(
+                "warning",
+                format!(
+                    "`{}` is not valid JSON ({error}): its chat template is left out of the report",
+                    file.display()
+                ),
+            ));
+            None
+        }
+    }
+}
+
+/// The one field of `tokenizer_config.json` the report shows; the others (a vocabulary of added
+/// tokens among them) are skipped unbuilt.
+#[derive(serde::Deserialize)]
+struct TokenizerConfig {
+    chat_template: Option<ChatTemplate>,
+}
+
+/// A chat template: one text, or named templates, each shown under its name; anything else is
+/// no template.
+struct ChatTemplate(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for ChatTemplate {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<ChatTemplate, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ChatTemplate;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a template or a list of named templates")
+            }
+
+            fn visit_str<E>(self, text: &str) -> Result<ChatTemplate, E> {
+                Ok(ChatTemplate(Some(text.to_string())))
+            }
+
+            fn visit_string<E>(self, text: String) -> Result<ChatTemplate, E> {
+                Ok(ChatTemplate(Some(text)))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ChatTemplate, A::Error> {
+                let mut named = Vec::new();
+                while let Some(item) = seq.next_element::<NamedTemplate>()? {
+                    if let (Some(name), Some(template)) = (item.name, item.template) {
+                        named.push(format!("{{# {name} #}}\n{template}"));
+                    }
+                }
+                Ok(ChatTemplate(Some(named.join("\n"))))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ChatTemplate, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(ChatTemplate(None))
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<ChatTemplate, E> {
+                Ok(ChatTemplate(None))
+            }
+
+            fn visit_i64<E>(self, _: i64) -> Result<ChatTemplate, E> {
+                Ok(ChatTemplate(None))
+            }
+
+            fn visit_u64<E>(self, _: u64) -> Result<ChatTemplate, E> {
+                Ok(ChatTemplate(None))
+            }
+
+            fn visit_f64<E>(self, _: f64) -> Result<ChatTemplate, E> {
+                Ok(ChatTemplate(None))
+            }
+
+            fn visit_unit<E>(self) -> Result<ChatTemplate, E> {
+                Ok(ChatTemplate(None))
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
+}
+
+/// One named template: its name and text when both are strings; any other item is skipped.
+#[derive(Default)]
+struct NamedTemplate {
+    name: Option<String>,
+    template: Option<String>,
+}
+
+impl<'de> serde::Deserialize<'de> for NamedTemplate {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<NamedTemplate, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = NamedTemplate;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a named template")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<NamedTemplate, A::Error> {
+                let mut item = NamedTemplate::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "name" => item.name = map.next_value::<Text>()?.0,
+                        "template" => item.template = map.next_value::<Text>()?.0,
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(item)
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<NamedTemplate, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(NamedTemplate::default())
+            }
+
+            fn visit_str<E>(self, _: &str) -> Result<NamedTemplate, E> {
+                Ok(NamedTemplate::default())
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<NamedTemplate, E> {
+                Ok(NamedTemplate::default())
+            }
+
+            fn visit_i64<E>(self, _: i64) -> Result<NamedTemplate, E> {
+                Ok(NamedTemplate::default())
+            }
+
+            fn visit_u64<E>(self, _: u64) -> Result<NamedTemplate, E> {
+                Ok(NamedTemplate::default())
+            }
+
+            fn visit_f64<E>(self, _: f64) -> Result<NamedTemplate, E> {
+                Ok(NamedTemplate::default())
+            }
+
+            fn visit_unit<E>(self) -> Result<NamedTemplate, E> {
+                Ok(NamedTemplate::default())
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
+}
+
+/// A string, or `None` for any other value (skipped unbuilt).
+struct Text(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for Text {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Text, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Text;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_str<E>(self, text: &str) -> Result<Text, E> {
+                Ok(Text(Some(text.to_string())))
+            }
+
+            fn visit_string<E>(self, text: String) -> Result<Text, E> {
+                Ok(Text(Some(text)))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Text, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+
+            fn visit_i64<E>(self, _: i64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+
+            fn visit_u64<E>(self, _: u64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+
+            fn visit_f64<E>(self, _: f64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+
+            fn visit_unit<E>(self) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+        }
+        deserializer.deserialize_any(Visit)
     }
 }

@@ -191,7 +191,20 @@ fn turn<D: Device>(
     quiet: bool,
 ) -> Result<Turn, CliError> {
     let stop_strings = config.stop_strings.clone();
-    let mut generator = Generator::new(&loaded.model, &[prompt], config)?;
+    let max_new_tokens = config.max_new_tokens;
+    let mut generator = Generator::new(&loaded.model, &[prompt], config).map_err(|error| match error {
+        nnx::Error::Allocation { bytes, .. } => CliError(format!(
+            "the key/value cache for a prompt of {} tokens and up to {max_new_tokens} new ones takes {bytes} bytes, \
+             more than the system gives: ask for fewer tokens with `--max-new-tokens`",
+            prompt.len()
+        )),
+        nnx::Error::TooLarge { .. } => CliError(format!(
+            "the key/value cache for a prompt of {} tokens and up to {max_new_tokens} new ones is too large to \
+             address: ask for fewer tokens with `--max-new-tokens`",
+            prompt.len()
+        )),
+        other => other.into(),
+    })?;
     if !stop_strings.is_empty() {
         generator = generator.with_tokenizer(&loaded.tokenizer);
     }
@@ -267,6 +280,14 @@ fn generate<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> Result<String, C
     };
     if prompt_ids.is_empty() {
         return Err(CliError("the prompt has no tokens: give a prompt of some text".into()));
+    }
+    let context = loaded.model.context_length();
+    if prompt_ids.len() > context {
+        return Err(CliError(format!(
+            "the prompt is {} tokens, longer than the context of {context} tokens of `{}`: give a shorter prompt",
+            prompt_ids.len(),
+            args.model
+        )));
     }
     let turn = turn(loaded, &prompt_ids, config, args.json)?;
     if !args.json {

@@ -5,7 +5,7 @@
 //! tensor holds NaN or infinities or only zeros.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nnx::DType;
 use nnx::quantized::{EncodedWeight, QuantizedFolder};
@@ -38,7 +38,7 @@ enum Item {
 pub fn run(args: Args) -> Result<(String, bool), CliError> {
     let (path, archive) = open_archive(args.path)?;
     let folder = quantized_folder(&path, &archive)?;
-    let tensors = collect(&archive, folder.as_ref(), !args.json)?;
+    let tensors = collect(&path, &archive, folder.as_ref(), !args.json)?;
     let flagged: Vec<&TensorStats> = tensors.iter().filter(|stats| stats.suspicious()).collect();
     let fails = args.check && !flagged.is_empty();
     if args.json {
@@ -54,10 +54,14 @@ pub fn quantized_folder(path: &std::path::Path, archive: &nnx::Archive) -> Resul
     Ok(if path.is_dir() && encoded { Some(QuantizedFolder::open(path)?) } else { None })
 }
 
-/// The statistics of every tensor of `archive`, in entry order; the weights of `folder` (the
-/// archive's quantized folder, if it is one) decoded as wholes, their streams not listed; a
-/// progress bar on stderr with `bar`.
+/// The statistics of every tensor of `archive` (opened from `path`), in entry order; the
+/// weights of `folder` (the archive's quantized folder, if it is one) decoded as wholes, their
+/// streams not listed; a progress bar on stderr with `bar`.
+///
+/// # Errors
+/// The first tensor that cannot be read, named with the file.
 pub fn collect(
+    path: &Path,
     archive: &nnx::Archive,
     folder: Option<&QuantizedFolder>,
     bar: bool,
@@ -74,15 +78,18 @@ pub fn collect(
     }
     items.extend(archive.names().filter(|name| !streams.contains(*name)).map(|name| Item::Entry(name.to_string())));
     let bar = if bar { progress_bar(items.len() as u64, "tensors") } else { indicatif::ProgressBar::hidden() };
-    let results: Vec<Result<Option<TensorStats>, nnx::Error>> = items
+    let results: Vec<Result<Option<TensorStats>, CliError>> = items
         .par_iter()
         .map(|item| {
-            let result = match item {
-                Item::Entry(name) => entry_stats(archive, name),
-                Item::Encoded(name) => encoded_stats(folder.expect("a folder"), name).map(Some),
+            let (name, result) = match item {
+                Item::Entry(name) => (name, entry_stats(archive, name)),
+                Item::Encoded(name) => match folder {
+                    Some(folder) => (name, encoded_stats(folder, name).map(Some)),
+                    None => (name, Ok(None)),
+                },
             };
             bar.inc(1);
-            result
+            result.map_err(|error| entry_error(path, name, &error))
         })
         .collect();
     bar.finish_and_clear();
@@ -93,6 +100,19 @@ pub fn collect(
         }
     }
     Ok(tensors)
+}
+
+/// Why the statistics of entry `name` of `path` cannot be had, saying what to do.
+fn entry_error(path: &Path, name: &str, error: &nnx::Error) -> CliError {
+    let (name, path) = (nnx::text::printable(name), path.display());
+    CliError(match error {
+        nnx::Error::Expansion { shape, strides, bytes, stored, limit } => format!(
+            "cannot compute the statistics of `{name}` of `{path}`: its layout (shape {shape:?}, strides {strides:?}) reads the {stored} bytes it is stored in as {bytes} bytes of overlapping values, over the limit of {limit} bytes ({} times the stored bytes plus {} MiB), as no saved weight does: the file is damaged or hostile; save the tensor contiguous (`tensor.contiguous()` in PyTorch) and compute its statistics from that file",
+            nnx::Tensor::EXPANSION_FACTOR,
+            nnx::Tensor::EXPANSION_ALLOWANCE >> 20
+        ),
+        error => format!("cannot compute the statistics of `{name}` of `{path}`: {error}"),
+    })
 }
 
 /// The statistics of an encoded weight, decoded to f32.
@@ -120,7 +140,11 @@ pub fn encoding_name(encoding: nnx::quantized::WeightEncoding) -> String {
 fn sparkline(histogram: &[u64]) -> String {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let top = histogram.iter().copied().max().unwrap_or(0).max(1);
-    histogram.iter().map(|&count| if count == 0 { ' ' } else { BARS[((count * 7) / top) as usize] }).collect()
+    // In u128: the counts of a view repeated by a zero stride reach past `u64::MAX / 7`.
+    histogram
+        .iter()
+        .map(|&count| if count == 0 { ' ' } else { BARS[(u128::from(count) * 7 / u128::from(top)) as usize] })
+        .collect()
 }
 
 fn table(tensors: &[TensorStats], flagged: &[&TensorStats]) -> String {
@@ -148,7 +172,7 @@ fn table(tensors: &[TensorStats], flagged: &[&TensorStats]) -> String {
             sparkline(&stats.histogram),
         );
     }
-    let values: u64 = tensors.iter().map(|stats| stats.count).sum();
+    let values = tensors.iter().fold(0u64, |total, stats| total.saturating_add(stats.count));
     let _ = writeln!(out, "total: {} tensors, {values} values", tensors.len());
     for stats in flagged {
         let why = if stats.nans > 0 || stats.infs > 0 {

@@ -2,14 +2,16 @@
 //! PyTorch or GGUF weights to a GGUF file, each tensor given the type llama.cpp's rules choose
 //! (kept packed when it already has it, decoded and quantized otherwise).
 
+use std::borrow::Cow;
 use std::path::Path;
 
-use nnx::gguf::{GgmlTensor, GgufWriter, Recipe, TypePlan, Value, ggml_type_of};
+use nnx::gguf::{GgmlTensor, GgufWriter, Metadata, Recipe, TypePlan, Value, ggml_type_of};
 use nnx::quant::ggml::GgmlType;
 use nnx::{Archive, DType};
 use rayon::prelude::*;
 
 use crate::common::{CliError, progress_bar};
+use crate::convert::expansion;
 
 /// Keys of a GGUF input that describe the input's own encoding or layout, not the model.
 const DROPPED: &[&str] = &["general.file_type", "general.quantization_version", "general.alignment"];
@@ -38,7 +40,7 @@ pub fn convert(
     recipe: Recipe,
     overrides: &[(String, GgmlType)],
 ) -> Result<String, CliError> {
-    let metadata = archive.gguf_metadata().cloned().unwrap_or_default();
+    let metadata = archive.gguf_metadata().map_or_else(|| Cow::Owned(Metadata::new()), Cow::Borrowed);
     write(archive, metadata, input, output, recipe, overrides)
 }
 
@@ -53,17 +55,27 @@ pub fn convert_folder(
     if !input.is_dir() {
         return Ok(None);
     }
-    let Some(export) = nnx::models::gguf::export(input)? else { return Ok(None) };
-    let mut summary = write(&export.tensors, export.metadata, input, output, recipe, overrides)?;
+    let export = nnx::models::gguf::export(input).map_err(|error| match (&error, expansion(&error)) {
+        (nnx::Error::Data { path, name, .. }, Some(layout)) => CliError(format!(
+            "cannot write `{name}` of `{}` to GGUF: {layout}: if the copy is meant, convert the weights to SafeTensors with `nnx convert --allow-expansion` first",
+            path.display()
+        )),
+        _ => CliError::from(error),
+    })?;
+    let Some(export) = export else { return Ok(None) };
+    let mut summary = write(&export.tensors, Cow::Owned(export.metadata), input, output, recipe, overrides)?;
     for note in &export.notes {
         summary.push_str(&format!("note: {note}\n"));
     }
     Ok(Some(summary))
 }
 
+/// Writes `archive` with `metadata` (borrowed from the input, or the export's own, moved into
+/// the writer: a GGUF file's metadata, a vocabulary of a million strings say, is copied at most
+/// once on its way to the output).
 fn write(
     archive: &Archive,
-    metadata: nnx::gguf::Metadata,
+    metadata: Cow<'_, Metadata>,
     input: &Path,
     output: &Path,
     recipe: Recipe,
@@ -99,8 +111,12 @@ fn write(
     let tensors: Vec<GgmlTensor> = jobs
         .par_iter()
         .map(|&(name, stored, ty, bytes)| {
-            let fail = |error: nnx::Error| {
-                CliError(format!("cannot write `{name}` of `{}` as {ty}: {error}", input.display()))
+            let fail = |error: nnx::Error| match expansion(&error) {
+                Some(layout) => CliError(format!(
+                    "cannot write `{name}` of `{}` as {ty}: {layout}: if the copy is meant, convert it to SafeTensors with `nnx convert --allow-expansion` first",
+                    input.display()
+                )),
+                None => CliError(format!("cannot write `{name}` of `{}` as {ty}: {error}", input.display())),
             };
             let tensor = if ty == stored {
                 archive.ggml(name).map_err(fail)?
@@ -116,8 +132,15 @@ fn write(
 
     let mut writer = GgufWriter::new();
     let out = writer.metadata_mut();
-    for (key, value) in metadata.iter().filter(|(key, _)| !DROPPED.contains(key) && !key.starts_with("split.")) {
-        out.set(key, value.clone());
+    *out = metadata.into_owned();
+    let dropped: Vec<String> = out
+        .iter()
+        .map(|(key, _)| key)
+        .filter(|key| DROPPED.contains(key) || key.starts_with("split."))
+        .map(str::to_string)
+        .collect();
+    for key in dropped {
+        out.remove(&key);
     }
     if !out.contains("general.architecture") {
         // Readers such as llama.cpp's require it; weights from elsewhere are named as stored,

@@ -51,7 +51,12 @@ pub fn render_columns(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut out = String::new();
     let header: Vec<String> = header.iter().map(|cell| cell.to_string()).collect();
     for row in std::iter::once(&header).chain(rows) {
-        let line: Vec<String> = row.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
+        // Padded by hand: `format!`'s width is at most `u16::MAX`, and a name from a file is not.
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, &width)| format!("{cell}{}", " ".repeat(width.saturating_sub(cell.chars().count()))))
+            .collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
     }

@@ -307,12 +307,41 @@ impl Adapter {
     }
 
     /// The error for `problems` of this adapter on `target`.
+    /// The first [`LISTED_PROBLEMS`] are listed and the rest counted, so that an adapter of
+    /// thousands of modules for another model gives a readable error.
     fn mismatch(&self, target: String, problems: &[AdapterProblem]) -> Error {
-        Error::AdapterMismatch {
-            path: self.path.clone(),
-            target,
-            problems: problems.iter().map(ToString::to_string).collect(),
+        let mut listed: Vec<String> = problems.iter().take(LISTED_PROBLEMS).map(ToString::to_string).collect();
+        if problems.len() > LISTED_PROBLEMS {
+            listed.push(format!("and {} more problems", problems.len() - LISTED_PROBLEMS));
         }
+        Error::AdapterMismatch { path: self.path.clone(), target, problems: listed }
+    }
+
+    /// This adapter in the layout `model` reads its weights from. MLX-LM's factors are in the
+    /// model's own `[out, in]` layout whatever the checkpoint stores (mlx-lm turns GPT-2's
+    /// `Conv1D` weights, stored `[in, out]`, when it loads them), so every module whose source
+    /// weight the model's import mapping transposes gets `fan_in_fan_out`, as PEFT records it
+    /// for the same weights. PEFT and GGUF adapters are in their files' layout already and come
+    /// back as they are. [`Adapter::check`], [`Adapter::merge_into`] and
+    /// [`Adapter::attachments`] apply this themselves; [`Adapter::merge_archive`], which sees
+    /// no model, needs it applied first.
+    pub fn in_model_layout<M: Module + ?Sized>(&self, model: &M) -> Adapter {
+        let mut adapter = self.clone();
+        if self.format != AdapterFormat::Mlx {
+            return adapter;
+        }
+        let mut transposed: HashMap<String, bool> = HashMap::new();
+        for_each_entry_named(model, self.format.naming(), |slot, _| {
+            if slot.tie.is_none() {
+                let turns = slot.ops.iter().filter(|op| matches!(op, ImportOp::Transpose)).count();
+                transposed.insert(slot.source.to_string(), turns % 2 == 1);
+            }
+        });
+        for module in &mut adapter.modules {
+            let source = format!("{}.weight", module.source);
+            module.fan_in_fan_out = module.kind == LoraKind::Projection && transposed.get(&source) == Some(&true);
+        }
+        adapter
     }
 
     /// The ranks of the modules, smallest and largest.
@@ -325,7 +354,7 @@ impl Adapter {
     /// (through the model's import mapping for the adapter's naming) with the right shape,
     /// and lists what it finds. Changes nothing.
     pub fn check<M: Module + ?Sized>(&self, model: &M) -> AdapterReport {
-        self.plan(model, false).0
+        self.in_model_layout(model).plan(model, false).0
     }
 
     /// Merges the adapter into `model`: each target weight becomes `W + s * B A` (DoRA's
@@ -340,7 +369,8 @@ impl Adapter {
     /// another shape, or one packed in ggml blocks (merge those into the file with
     /// [`Adapter::merge_gguf`], or attach the adapter at run time).
     pub fn merge_into<M: Module + ?Sized>(&self, model: &mut M) -> Result<Merged> {
-        let (report, targets) = self.plan(model, false);
+        let adapter = self.in_model_layout(model);
+        let (report, targets) = adapter.plan(model, false);
         if !report.problems.is_empty() {
             return Err(self.mismatch(model_name::<M>(), &report.problems));
         }
@@ -360,8 +390,8 @@ impl Adapter {
                     Change::Replace(tensor) => tensor.to_dtype(value.dtype())?,
                     Change::Add { delta, magnitude } => add_delta(&value, delta, magnitude.as_ref())?,
                     Change::Module { module, ops, magnitude } => {
-                        let delta = through_ops(&self.modules[*module].delta()?, ops)
-                            .map_err(|reason| problem(&self.path, &self.modules[*module].source, &reason))?;
+                        let delta = through_ops(&adapter.modules[*module].delta()?, ops)
+                            .map_err(|reason| problem(&self.path, &adapter.modules[*module].source, &reason))?;
                         add_delta(&value, &delta, magnitude.as_ref())?
                     }
                 };
@@ -403,23 +433,22 @@ impl Adapter {
                     expected: shape,
                     found: tensor.shape().to_vec(),
                 }),
-                None => {
-                    let suggestion = nnx_core::__private::suggest(name, names.iter().copied());
-                    problems.push(AdapterProblem::NoTarget { module: name.clone(), suggestion });
-                }
+                None => problems.push(no_target(&problems, name, names.iter().copied())),
             }
         }
-        // The merged value of entry `name`, or `None` with the problem recorded.
+        // The merged value of entry `name`, or `None` with the problem recorded. A module's
+        // delta is computed only once its shape is the entry's, the entry a float whose bytes
+        // are in the file, and no problem found so far (nothing is merged then anyway): the
+        // factors alone can describe a product of any size.
         let merge = |name: &str, change: Change, problems: &mut Vec<AdapterProblem>| -> Result<Option<Tensor>> {
             let Some((dtype, shape)) = base.entry_spec(name)? else {
-                let suggestion = nnx_core::__private::suggest(name, names.iter().copied());
-                problems.push(AdapterProblem::NoTarget { module: name.to_string(), suggestion });
+                problems.push(no_target(problems, name, names.iter().copied()));
                 return Ok(None);
             };
             let found = match &change {
                 Change::Add { delta, .. } => delta.shape().to_vec(),
                 Change::Replace(tensor) => tensor.shape().to_vec(),
-                Change::Module { .. } => unreachable!("files are merged with computed deltas"),
+                Change::Module { module, .. } => self.modules[*module].delta_shape(),
             };
             if found != shape {
                 let (module, target) = (name.to_string(), name.to_string());
@@ -431,18 +460,32 @@ impl Adapter {
                 problems.push(AdapterProblem::Unusable { module: name.to_string(), reason });
                 return Ok(None);
             }
+            if !problems.is_empty() {
+                return Ok(None);
+            }
             let weight = match replaced.get(name) {
                 Some(saved) => saved.clone(),
                 None => base.try_get(name)?,
             };
+            weight.check_expansion(weight.expansion_limit()).map_err(|error| Error::Data {
+                path: PathBuf::from(base.origin()),
+                name: name.to_string(),
+                source: Box::new(error),
+            })?;
             Ok(Some(match change {
                 Change::Add { delta, magnitude } => add_delta(&weight, &delta, magnitude.as_ref())?,
+                Change::Module { module, magnitude, .. } => {
+                    add_delta(&weight, &self.modules[module].delta()?, magnitude.as_ref())?
+                }
                 Change::Replace(tensor) => tensor.to_dtype(dtype)?,
-                Change::Module { .. } => unreachable!("files are merged with computed deltas"),
             }))
         };
         let mut values = Vec::new();
-        for module in &self.modules {
+        for (index, module) in self.modules.iter().enumerate() {
+            if let Some(problem) = module_problem(module) {
+                problems.push(problem);
+                continue;
+            }
             let (weight, magnitude) = (format!("{}.weight", module.source), module.magnitude.clone());
             if let Some(streams) = affine_streams(base, &module.source)? {
                 match merge_affine(base, &module.source, streams, module)? {
@@ -451,16 +494,24 @@ impl Adapter {
                 }
                 continue;
             }
-            values.push((
-                weight.clone(),
-                merge(&weight, Change::Add { delta: module.delta()?, magnitude }, &mut problems)?,
-            ));
+            let change = Change::Module { module: index, ops: Vec::new(), magnitude };
+            values.push((weight.clone(), merge(&weight, change, &mut problems)?));
             if let Some(bias) = &module.bias {
                 let delta = scaled(bias, module.scale)?;
                 let name = format!("{}.bias", module.source);
                 let value = match (base.contains(&name), base.entry_spec(&weight)?) {
                     // A layer without a bias gets the trained one, as PEFT's merge gives it one.
-                    (false, Some((dtype, _))) if dtype.is_castable_float() => Some(delta.to_dtype(dtype)?),
+                    (false, Some((dtype, _))) if dtype.is_castable_float() => {
+                        // One value per output, as `B` has rows.
+                        let rows = module.b.shape()[0];
+                        if delta.shape() == [rows] {
+                            Some(delta.to_dtype(dtype)?)
+                        } else {
+                            let (module, target, found) = (name.clone(), name.clone(), delta.shape().to_vec());
+                            problems.push(AdapterProblem::Shape { module, target, expected: vec![rows], found });
+                            None
+                        }
+                    }
                     _ => merge(&name, Change::Add { delta, magnitude: None }, &mut problems)?,
                 };
                 values.push((name, value));
@@ -471,13 +522,13 @@ impl Adapter {
                 values.push((name.clone(), Some(tensor.clone())));
             }
         }
+        if !problems.is_empty() {
+            return Err(self.mismatch(base.origin().to_string(), &problems));
+        }
         for (name, value) in values {
             if let Some(value) = value {
                 merged.insert(name, value);
             }
-        }
-        if !problems.is_empty() {
-            return Err(self.mismatch(base.origin().to_string(), &problems));
         }
         Ok(merged)
     }
@@ -499,12 +550,18 @@ impl Adapter {
         for_each_entry_named(model, self.format.naming(), |slot, _| {
             paths.insert(slot.source.to_string(), slot.name.to_string());
         });
-        let mut gguf: HashMap<String, (String, Vec<ImportOp>)> = HashMap::new();
-        for_each_entry_named(model, Naming::Gguf, |slot, _| {
-            gguf.insert(slot.name.to_string(), (slot.source.to_string(), slot.ops.to_vec()));
+        // Each model tensor's GGUF source, operations and shape (of rows only when the model
+        // keeps the tensor in ggml blocks, U8 `[rows, bytes]`).
+        let mut gguf: HashMap<String, (String, Vec<ImportOp>, Vec<usize>, bool)> = HashMap::new();
+        for_each_entry_named(model, Naming::Gguf, |slot, tensor| {
+            let packed = tensor.dtype() == DType::U8;
+            gguf.insert(
+                slot.name.to_string(),
+                (slot.source.to_string(), slot.ops.to_vec(), tensor.shape().to_vec(), packed),
+            );
         });
         let mut problems = Vec::new();
-        let mut renamed = self.clone();
+        let mut renamed = self.in_model_layout(model);
         renamed.format = AdapterFormat::Gguf;
         renamed.saved.clear();
         for name in self.saved.keys() {
@@ -513,14 +570,25 @@ impl Adapter {
         }
         for module in &mut renamed.modules {
             let source = format!("{}.weight", module.source);
-            let Some((target, ops)) = paths.get(&source).and_then(|path| gguf.get(path)) else {
-                let suggestion = nnx_core::__private::suggest(&source, paths.keys().map(String::as_str));
-                problems.push(AdapterProblem::NoTarget { module: source, suggestion });
+            let Some((target, ops, shape, packed)) = paths.get(&source).and_then(|path| gguf.get(path)) else {
+                problems.push(no_target(&problems, &source, paths.keys().map(String::as_str)));
                 continue;
             };
             if module.fan_in_fan_out || ops.iter().any(|op| matches!(op, ImportOp::Split(_) | ImportOp::Transpose)) {
                 let reason = "the GGUF tensor is split or transposed on the way to the model";
                 problems.push(AdapterProblem::Unusable { module: source, reason: reason.into() });
+                continue;
+            }
+            if let Some(problem) = module_problem(module) {
+                problems.push(problem);
+                continue;
+            }
+            // The shapes before the rows of q and k are reordered by them.
+            let found = module.delta_shape();
+            let fits = if *packed { found.first() == shape.first() } else { found == *shape };
+            if !fits {
+                let (target, expected) = (target.clone(), shape.clone());
+                problems.push(AdapterProblem::Shape { module: source, target, expected, found });
                 continue;
             }
             for op in ops {
@@ -534,7 +602,18 @@ impl Adapter {
                             "is missing from the base's metadata: it counts the rotary groups of q and k",
                         )
                     })?;
-                    module.b = crate::import::reorder_rope_rows(&module.b, heads as usize, true)?;
+                    let rows = module.b.shape()[0];
+                    match usize::try_from(heads) {
+                        Ok(heads) if heads > 0 && rows.is_multiple_of(2 * heads) => {
+                            module.b = crate::import::reorder_rope_rows(&module.b, heads, true)?;
+                        }
+                        _ => {
+                            let reason = format!(
+                                "its {rows} rows of `B` do not split into the base's {heads} rotary groups (`{key}`) of pairs: the adapter belongs to another model"
+                            );
+                            problems.push(AdapterProblem::Unusable { module: source.clone(), reason });
+                        }
+                    }
                 }
             }
             module.source = target.strip_suffix(".weight").unwrap_or(target).to_string();
@@ -575,21 +654,26 @@ impl Adapter {
                 });
             }
             if !base.contains(&name) {
-                let suggestion = nnx_core::__private::suggest(&name, names.iter().copied());
-                problems.push(AdapterProblem::NoTarget { module: name, suggestion });
+                problems.push(no_target(&problems, &name, names.iter().copied()));
+                continue;
+            }
+            if let Some(problem) = module_problem(module) {
+                problems.push(problem);
                 continue;
             }
             let stored = base.ggml(&name)?;
-            let delta = module.delta()?;
-            if delta.shape() != stored.shape.as_slice() {
-                problems.push(AdapterProblem::Shape {
-                    module: name.clone(),
-                    target: name,
-                    expected: stored.shape.clone(),
-                    found: delta.shape().to_vec(),
-                });
+            // The delta is computed once it is known to have the stored tensor's shape, and
+            // only while nothing is refused (then nothing is merged).
+            let found = module.delta_shape();
+            if found != stored.shape.as_slice() {
+                let (target, expected) = (name.clone(), stored.shape.clone());
+                problems.push(AdapterProblem::Shape { module: name, target, expected, found });
                 continue;
             }
+            if !problems.is_empty() {
+                continue;
+            }
+            let delta = module.delta()?;
             let weight = stored.dequantize()?;
             let value = add_delta(&weight, &delta, module.magnitude.as_ref())?;
             merged.insert(name, crate::gguf::GgmlTensor::quantize(&value, stored.ty)?);
@@ -626,7 +710,8 @@ impl Adapter {
     /// [`Error::AdapterMismatch`] as for [`Adapter::merge_into`], and for modules that only
     /// merge: DoRA (its row norms need the merged weight), embeddings and saved modules.
     pub fn attachments<M: Module + ?Sized>(&self, model: &M, stored_rope_rows: bool) -> Result<Vec<Attachment>> {
-        let mut report = self.check_with(model, stored_rope_rows);
+        let adapter = self.in_model_layout(model);
+        let mut report = adapter.check_with(model, stored_rope_rows);
         let mut by_source: HashMap<String, Vec<(String, Vec<ImportOp>)>> = HashMap::new();
         for_each_entry_named(model, self.format.naming(), |slot, _| {
             if slot.tie.is_none() {
@@ -634,7 +719,7 @@ impl Adapter {
             }
         });
         let mut attachments = Vec::new();
-        for module in &self.modules {
+        for module in &adapter.modules {
             let source = format!("{}.weight", module.source);
             let only_merges = match (module.kind, &module.magnitude) {
                 (LoraKind::Lookup, _) => Some("an embedding's factors are merged, not applied at run time"),
@@ -645,11 +730,20 @@ impl Adapter {
                 report.problems.push(AdapterProblem::Unusable { module: source, reason: reason.into() });
                 continue;
             }
+            if !report.problems.is_empty() {
+                // Refused anyway: no factors are cut or turned.
+                continue;
+            }
             for (name, ops) in by_source.get(&source).into_iter().flatten() {
                 match factors_through(module, ops, stored_rope_rows) {
-                    Ok((a, b, bias)) => {
-                        attachments.push(Attachment { target: name.clone(), a, b, scale: module.scale, bias });
-                    }
+                    Ok((a, b, bias)) => attachments.push(Attachment {
+                        target: name.clone(),
+                        module: module.source.clone(),
+                        a,
+                        b,
+                        scale: module.scale,
+                        bias,
+                    }),
                     Err(reason) => report.problems.push(AdapterProblem::Unusable { module: source.clone(), reason }),
                 }
             }
@@ -698,8 +792,8 @@ impl Adapter {
         let mut report = AdapterReport::default();
         let mut changes: BTreeMap<String, Vec<Change>> = BTreeMap::new();
         let unexpected = |report: &mut AdapterReport, name: &str| {
-            let suggestion = nnx_core::__private::suggest(name, sources.iter().map(String::as_str));
-            report.problems.push(AdapterProblem::NoTarget { module: name.to_string(), suggestion });
+            let problem = no_target(&report.problems, name, sources.iter().map(String::as_str));
+            report.problems.push(problem);
         };
         for (index, module) in self.modules.iter().enumerate() {
             let weight = format!("{}.weight", module.source);
@@ -707,6 +801,10 @@ impl Adapter {
                 unexpected(&mut report, &weight);
                 continue;
             };
+            if let Some(problem) = module_problem(module) {
+                report.problems.push(problem);
+                continue;
+            }
             // The shapes are checked on a meta delta; a merge computes it when it applies it.
             let delta = Tensor::meta(DType::F32, &module.delta_shape());
             if module.magnitude.is_some() && (targets.len() != 1 || !targets[0].ops.is_empty()) {
@@ -864,6 +962,8 @@ fn factors_through(
 pub struct Attachment {
     /// The model weight (`layers.0.attn.q.weight`).
     pub target: String,
+    /// The adapter's module the factors come from, in its naming (`model.layers.0.self_attn.q_proj`).
+    pub module: String,
     /// `A`, F32 `[r, in]` in the model's layout.
     pub a: Tensor,
     /// `B`, F32 `[out, r]` in the model's layout.
@@ -921,27 +1021,28 @@ fn merge_affine(
     streams: [String; 3],
     module: &LoraModule,
 ) -> Result<std::result::Result<Vec<(String, Tensor)>, AdapterProblem>> {
-    let delta = module.delta()?;
     let [weight, scales, biases] = streams;
     let (packed, groups) = (base.try_get(&weight)?, base.try_get(&scales)?);
-    let (columns, words, count) = (delta.shape()[1], packed.shape()[1], groups.shape()[1]);
-    let spec = match (u32::try_from(words * 32 / columns.max(1)), columns.checked_div(count)) {
-        (Ok(bits), Some(group)) if delta.rank() == 2 && columns % count.max(1) == 0 => {
+    // Everything is checked on the delta's shape; the delta is computed last.
+    let delta_shape = module.delta_shape();
+    let (columns, words, count) =
+        (delta_shape[1], packed.shape().get(1).copied().unwrap_or(0), groups.shape().get(1).copied().unwrap_or(0));
+    let bits = words.checked_mul(32).and_then(|bits| bits.checked_div(columns)).map(u32::try_from);
+    let spec = match (bits, columns.checked_div(count)) {
+        (Some(Ok(bits)), Some(group)) if packed.rank() == 2 && groups.rank() == 2 && columns % count == 0 => {
             nnx_core::quant::AffineSpec::new(bits, group)
         }
         _ => {
-            let reason = format!(
-                "{delta_shape:?} does not fit its packed weight {words:?} words with {count} groups a row",
-                delta_shape = delta.shape()
-            );
+            let reason =
+                format!("{delta_shape:?} does not fit its packed weight of {words} words with {count} groups a row");
             return Ok(Err(AdapterProblem::Unusable { module: weight, reason }));
         }
     };
     let affine =
         match spec.and_then(|spec| nnx_core::quant::AffineWeight::new(packed, groups, base.try_get(&biases)?, spec)) {
-            Ok(affine) if affine.shape() == delta.shape() => affine,
+            Ok(affine) if affine.shape() == delta_shape => affine,
             Ok(affine) => {
-                let (target, expected, found) = (weight.clone(), affine.shape(), delta.shape().to_vec());
+                let (target, expected, found) = (weight.clone(), affine.shape(), delta_shape);
                 return Ok(Err(AdapterProblem::Shape { module: weight, target, expected, found }));
             }
             Err(error) => return Ok(Err(AdapterProblem::Unusable { module: weight, reason: error.to_string() })),
@@ -950,13 +1051,14 @@ fn merge_affine(
         let reason = "DoRA magnitudes and trained biases are not merged into quantized weights";
         return Ok(Err(AdapterProblem::Unusable { module: format!("{stem}.weight"), reason: reason.into() }));
     }
+    let delta = module.delta()?;
     let dtype = affine.dtype();
     let sum = add_delta(&affine.dequantize()?, &delta.to_dtype(dtype)?.to_dtype(DType::F32)?, None)?;
     let fused = nnx_core::quant::AffineWeight::quantize(&sum, affine.spec())?;
     Ok(Ok(vec![(weight, fused.weight), (scales, fused.scales), (biases, fused.biases)]))
 }
 
-/// `tensor * scale` in f32.
+/// `tensor * scale` in f32 (a trained bias, read from the file whole).
 fn scaled(tensor: &Tensor, scale: f32) -> Result<Tensor> {
     let values: Vec<f32> = tensor.to_dtype(DType::F32)?.to_vec::<f32>()?.into_iter().map(|v| v * scale).collect();
     Tensor::from_vec(values, tensor.shape())
@@ -967,7 +1069,9 @@ fn scaled(tensor: &Tensor, scale: f32) -> Result<Tensor> {
 fn add_delta(weight: &Tensor, delta: &Tensor, magnitude: Option<&Tensor>) -> Result<Tensor> {
     // The common case in one pass and one allocation: each stored value widened, the delta
     // added and the sum rounded back, read straight from the (mapped) weight.
-    let (weight_view, delta_view) = (weight.contiguous(), delta.contiguous());
+    // Both are as large as the weight honestly is (callers check a view from a file first).
+    let weight_view = weight.contiguous_within(weight.expansion_limit())?;
+    let delta_view = delta.contiguous_within(delta.expansion_limit())?;
     if magnitude.is_none()
         && let Some(deltas) = delta_view.as_slice::<f32>().ok().flatten()
     {
@@ -1085,27 +1189,274 @@ impl std::fmt::Display for AdapterProblem {
 }
 
 /// An [`Error::Adapter`] for `entry` of `path`.
+/// An [`Error::Adapter`] for `entry` of `path`.
 fn problem(path: &Path, entry: &str, problem: &str) -> Error {
     Error::Adapter { path: path.to_path_buf(), entry: entry.to_string(), problem: problem.to_string() }
 }
 
-/// `tensor` as F32 on the host, owned and contiguous.
-fn f32_of(tensor: Tensor) -> Result<Tensor> {
-    Ok(tensor.to_dtype(DType::F32)?.contiguous())
+/// Problems past this many are counted, not listed, and get no suggestion (the costly part of
+/// a missing target): an adapter for another model can name thousands of modules.
+const LISTED_PROBLEMS: usize = 20;
+
+/// The problem of `module`, which nothing in the model or file is read from, with the nearest
+/// of `candidates` while few problems are listed.
+fn no_target<'a>(
+    problems: &[AdapterProblem],
+    module: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> AdapterProblem {
+    let suggestion =
+        if problems.len() < LISTED_PROBLEMS { nnx_core::__private::suggest(module, candidates) } else { None };
+    AdapterProblem::NoTarget { module: module.to_string(), suggestion }
 }
 
-/// The value of the first `pattern` key that matches `module` as PEFT matches them (the key a
-/// regular expression for the whole name or its last dotted parts).
-fn pattern_value(patterns: Option<&Value>, module: &str) -> Option<f64> {
-    let patterns = patterns?.as_object()?;
-    patterns.iter().find_map(|(key, value)| {
-        let regex = regex::Regex::new(&format!(r"^(.*\.)?({key})$")).ok()?;
-        regex.is_match(module).then(|| value.as_f64()).flatten()
-    })
+/// What is wrong with `module` whatever it is merged into: a scale that is not a finite number
+/// (an overflowing `--lora ADAPTER:SCALE`), or DoRA magnitudes that are not one per output row.
+fn module_problem(module: &LoraModule) -> Option<AdapterProblem> {
+    let source = format!("{}.weight", module.source);
+    if !module.scale.is_finite() {
+        let reason = format!("its scale is {}, not a finite number: give a smaller multiplier", module.scale);
+        return Some(AdapterProblem::Unusable { module: source, reason });
+    }
+    let rows = module.b.shape()[0];
+    if let Some(magnitude) = &module.magnitude
+        && magnitude.shape() != [rows]
+    {
+        let reason = format!(
+            "its DoRA magnitude is {:?}, expected one value per output row ([{rows}]): the file is damaged",
+            magnitude.shape()
+        );
+        return Some(AdapterProblem::Unusable { module: source, reason });
+    }
+    None
+}
+
+/// `name`'s tensor from `path` as F32 on the host, owned and contiguous. A factor must be a
+/// float whose values are all in the file: a view that repeats a few stored bytes into
+/// gigabytes (a zero stride, which a `torch.save` checkpoint can describe) is refused before
+/// anything is copied.
+fn f32_of(path: &Path, name: &str, tensor: Tensor) -> Result<Tensor> {
+    if !tensor.dtype().is_castable_float() {
+        return Err(problem(
+            path,
+            name,
+            &format!(
+                "is {}: LoRA factors and saved modules are floats (F32, F16, BF16); the file is damaged or not an adapter",
+                tensor.dtype()
+            ),
+        ));
+    }
+    let limit = tensor.expansion_limit();
+    if tensor.check_expansion(limit).is_err() {
+        return Err(problem(
+            path,
+            name,
+            &format!(
+                "is a view of shape {:?} that repeats the {} bytes it is stored in into {} bytes: an adapter stores each factor whole; save it again (PEFT's `save_pretrained`)",
+                tensor.shape(),
+                tensor.stored_bytes(),
+                tensor.byte_len()
+            ),
+        ));
+    }
+    tensor.to_dtype(DType::F32)?.contiguous_within(limit)
+}
+
+/// A JSON value as an error quotes it: numbers and booleans as written, a string shortened,
+/// anything larger by its kind.
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".into(),
+        Value::Bool(_) | Value::Number(_) => value.to_string(),
+        Value::String(text) => format!("the string `{}`", shown(text)),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// `text` as an error quotes it: printable, and cut after 80 characters.
+fn shown(text: &str) -> String {
+    let printable = nnx_core::text::printable(text);
+    match printable.char_indices().nth(80) {
+        Some((end, _)) => format!("{}...", &printable[..end]),
+        None => printable.into_owned(),
+    }
+}
+
+/// The number `key` of the config at `path`, `None` when absent, an error unless finite.
+fn config_number(path: &Path, config: &Value, key: &str) -> Result<Option<f64>> {
+    match config.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => match value.as_f64() {
+            Some(number) if number.is_finite() => Ok(Some(number)),
+            _ => Err(problem(path, key, &format!("is {}, expected a finite number", describe(value)))),
+        },
+    }
+}
+
+/// A rank as a config gives it: a whole number of at least 1 (JSON may write it `8.0`).
+fn whole_rank(value: &Value) -> Option<usize> {
+    let number = value.as_f64()?;
+    (number >= 1.0 && number.fract() == 0.0 && number <= u32::MAX as f64).then_some(number as usize)
+}
+
+/// The most bytes one `rank_pattern` or `alpha_pattern` key may compile to (and its matcher's
+/// cache take): module patterns are short, and a key that repeats groups into megabytes is a
+/// hostile config, which compiled once per module used to take minutes.
+const PATTERN_BYTES: usize = 1 << 18;
+
+/// How deeply a pattern key may nest groups and repetitions.
+const PATTERN_NESTING: u32 = 32;
+
+/// The most keys of one pattern map compiled as regular expressions (plain module paths, the
+/// usual keys, are matched without compiling anything).
+const PATTERN_REGEXES: usize = 256;
+
+/// One key of PEFT's `rank_pattern` or `alpha_pattern`, matched as PEFT matches it: the key is
+/// a regular expression for the module's whole path or its last dotted parts,
+/// `^(.*\.)?(key)$`.
+enum PatternKey {
+    /// A key of plain characters, `.` (any character but a newline, `None`) and escaped
+    /// punctuation (`model.layers.0.mlp.down_proj`, `model\.layers\.0\.q_proj`, `down_proj`):
+    /// it matches a fixed number of characters at the end, so no regex engine is needed.
+    Plain(Vec<Option<char>>),
+    /// Any other regular expression, compiled once within [`PATTERN_BYTES`].
+    Regex(regex::Regex),
+}
+
+impl PatternKey {
+    /// The key as a [`PatternKey::Plain`], when it is one.
+    fn plain(key: &str) -> Option<Vec<Option<char>>> {
+        let mut pattern = Vec::new();
+        let mut chars = key.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '.' => pattern.push(None),
+                // `\<` and `\>` are word boundaries, not characters.
+                '\\' => match chars.next() {
+                    Some(escaped) if escaped.is_ascii_punctuation() && !matches!(escaped, '<' | '>') => {
+                        pattern.push(Some(escaped));
+                    }
+                    _ => return None,
+                },
+                c if c.is_alphanumeric() || c == '_' || c == '-' => pattern.push(Some(c)),
+                _ => return None,
+            }
+        }
+        Some(pattern)
+    }
+
+    fn matches(&self, module: &str) -> bool {
+        match self {
+            PatternKey::Regex(regex) => regex.is_match(module),
+            PatternKey::Plain(pattern) => {
+                let chars: Vec<char> = module.chars().collect();
+                let Some(start) = chars.len().checked_sub(pattern.len()) else { return false };
+                let tail = pattern
+                    .iter()
+                    .zip(&chars[start..])
+                    .all(|(want, &found)| want.map_or(found != '\n', |want| want == found));
+                // Before the key: nothing, or `.*\.` (a dot, and no newline before it).
+                tail && (start == 0 || (chars[start - 1] == '.' && !chars[..start - 1].contains(&'\n')))
+            }
+        }
+    }
+}
+
+/// PEFT's per-module `rank_pattern` or `alpha_pattern`: each key compiled once, with its value;
+/// the first key (in the config's order) that matches a module gives its value.
+struct Patterns {
+    keys: Vec<(PatternKey, f64)>,
+}
+
+impl Patterns {
+    /// The map `field` of the config at `path` (none when absent). `rank_pattern` values are
+    /// ranks (whole numbers of at least 1), `alpha_pattern` values finite numbers.
+    ///
+    /// # Errors
+    /// [`Error::Adapter`] naming the config and `field` for a value of another kind, a key that
+    /// is not a regular expression or compiles past [`PATTERN_BYTES`], and more than
+    /// [`PATTERN_REGEXES`] keys that need compiling.
+    fn read(path: &Path, config: &Value, field: &str) -> Result<Patterns> {
+        let entries = match config.get(field) {
+            None | Some(Value::Null) => return Ok(Patterns { keys: Vec::new() }),
+            Some(Value::Object(entries)) => entries,
+            Some(other) => {
+                let found = describe(other);
+                return Err(problem(
+                    path,
+                    field,
+                    &format!("is {found}, expected an object of module patterns and values"),
+                ));
+            }
+        };
+        let mut regexes = 0;
+        let mut keys = Vec::with_capacity(entries.len());
+        for (key, value) in entries {
+            let number = match field {
+                "rank_pattern" => whole_rank(value).map(|rank| rank as f64),
+                _ => value.as_f64().filter(|alpha| alpha.is_finite()),
+            };
+            let Some(number) = number else {
+                let expected = if field == "rank_pattern" { "a whole number of at least 1" } else { "a finite number" };
+                return Err(problem(
+                    path,
+                    field,
+                    &format!("gives key `{}` {}, expected {expected}", shown(key), describe(value)),
+                ));
+            };
+            if let Some(pattern) = PatternKey::plain(key) {
+                keys.push((PatternKey::Plain(pattern), number));
+                continue;
+            }
+            regexes += 1;
+            if regexes > PATTERN_REGEXES {
+                return Err(problem(
+                    path,
+                    field,
+                    &format!(
+                        "has more than {PATTERN_REGEXES} keys that are regular expressions: name the modules by their paths, or merge keys into fewer expressions"
+                    ),
+                ));
+            }
+            let regex = regex::RegexBuilder::new(&format!(r"^(.*\.)?({key})$"))
+                .size_limit(PATTERN_BYTES)
+                .dfa_size_limit(PATTERN_BYTES)
+                .nest_limit(PATTERN_NESTING)
+                .build()
+                .map_err(|error| {
+                    let why = match error {
+                        regex::Error::CompiledTooBig(limit) => format!("it compiles to more than {limit} bytes"),
+                        // A syntax error's last line says what is wrong, after a picture of
+                        // where; one line is kept.
+                        other => {
+                            let text = other.to_string();
+                            let last = text.lines().next_back().unwrap_or_default();
+                            shown(last.trim().trim_start_matches("error: "))
+                        }
+                    };
+                    problem(
+                        path,
+                        field,
+                        &format!(
+                            "key `{}` is not a usable regular expression ({why}): give the module's path, or a short expression of at most {PATTERN_NESTING} nested groups",
+                            shown(key)
+                        ),
+                    )
+                })?;
+            keys.push((PatternKey::Regex(regex), number));
+        }
+        Ok(Patterns { keys })
+    }
+
+    /// The value of the first key that matches `module`.
+    fn value(&self, module: &str) -> Option<f64> {
+        self.keys.iter().find(|(key, _)| key.matches(module)).map(|&(_, value)| value)
+    }
 }
 
 /// The rank `r` of the factors `A` `[r, in]` and `B` `[out, r]` read from `path`, or the error
-/// naming both entries when they are not such a pair.
+/// naming both entries when they are not such a pair (a rank of 0 included).
 fn factor_rank(path: &Path, (a_name, a): (&str, &Tensor), (b_name, b): (&str, &Tensor)) -> Result<usize> {
     let r = a.shape().first().copied().unwrap_or(0);
     if a.rank() != 2 || b.rank() != 2 || b.shape()[1] != r || r == 0 {
@@ -1113,7 +1464,7 @@ fn factor_rank(path: &Path, (a_name, a): (&str, &Tensor), (b_name, b): (&str, &T
             path,
             b_name,
             &format!(
-                "is {:?} beside `{a_name}` {:?}: expected `A` [r, in] and `B` [out, r] of the same rank r",
+                "is {:?} beside `{a_name}` {:?}: expected `A` [r, in] and `B` [out, r] of the same rank r of at least 1",
                 b.shape(),
                 a.shape()
             ),
@@ -1131,9 +1482,24 @@ fn read_peft(dir: &Path, config: Value) -> Result<Adapter> {
         return Err(problem(
             &config_path,
             "peft_type",
-            &format!("is `{kind}`; nnx reads LoRA adapters (`LORA`, DoRA included)"),
+            &format!("is `{}`; nnx reads LoRA adapters (`LORA`, DoRA included)", shown(kind)),
         ));
     }
+    // Every number the scales come from is checked, and every pattern compiled, before the
+    // factors are read.
+    let rank = match config.get("r") {
+        None | Some(Value::Null) => 8,
+        Some(value) => whole_rank(value).ok_or_else(|| {
+            problem(
+                &config_path,
+                "r",
+                &format!("is {}, expected the factors' rank, a whole number of at least 1", describe(value)),
+            )
+        })?,
+    };
+    let alpha = config_number(&config_path, &config, "lora_alpha")?.unwrap_or(8.0);
+    let rank_patterns = Patterns::read(&config_path, &config, "rank_pattern")?;
+    let alpha_patterns = Patterns::read(&config_path, &config, "alpha_pattern")?;
     let file = ["adapter_model.safetensors", "adapter_model.bin"]
         .iter()
         .map(|name| dir.join(name))
@@ -1146,9 +1512,7 @@ fn read_peft(dir: &Path, config: Value) -> Result<Adapter> {
             )
         })?;
     let archive = Archive::open(&file)?;
-    let number = |key: &str, default: f64| config.get(key).and_then(Value::as_f64).unwrap_or(default);
     let flag = |key: &str| config.get(key).and_then(Value::as_bool).unwrap_or(false);
-    let (rank, alpha) = (number("r", 8.0), number("lora_alpha", 8.0));
     let (rslora, fan_in_fan_out) = (flag("use_rslora"), flag("fan_in_fan_out"));
 
     // Every entry by module path and role.
@@ -1173,7 +1537,7 @@ fn read_peft(dir: &Path, config: Value) -> Result<Adapter> {
                 ),
             ));
         };
-        let tensor = f32_of(archive.try_get(name)?)?;
+        let tensor = f32_of(&file, name, archive.try_get(name)?)?;
         let roles: [(&str, u8); 7] = [
             (".lora_A.weight", 0),
             (".lora_B.weight", 1),
@@ -1211,8 +1575,8 @@ fn read_peft(dir: &Path, config: Value) -> Result<Adapter> {
             return Err(problem(&file, &stem, "has only one of `lora_A` and `lora_B`: the file is incomplete"));
         };
         let r = factor_rank(&file, (&a_name, &a), (&b_name, &b))?;
-        let configured = pattern_value(config.get("rank_pattern"), &stem).unwrap_or(rank);
-        if configured as usize != r {
+        let configured = rank_patterns.value(&stem).map_or(rank, |value| value as usize);
+        if configured != r {
             return Err(problem(
                 &file,
                 &a_name,
@@ -1221,8 +1585,18 @@ fn read_peft(dir: &Path, config: Value) -> Result<Adapter> {
                 ),
             ));
         }
-        let alpha = pattern_value(config.get("alpha_pattern"), &stem).unwrap_or(alpha);
+        let alpha = alpha_patterns.value(&stem).unwrap_or(alpha);
         let scale = if rslora { alpha / (r as f64).sqrt() } else { alpha / r as f64 } as f32;
+        if !scale.is_finite() {
+            return Err(problem(
+                &config_path,
+                "lora_alpha",
+                &format!(
+                    "gives `{}` the scale {alpha} / {r}, past what f32 holds: the config is damaged",
+                    shown(&stem)
+                ),
+            ));
+        }
         let kind = if parts.embedding { LoraKind::Lookup } else { LoraKind::Projection };
         modules.push(LoraModule {
             source: stem,
@@ -1244,13 +1618,27 @@ fn read_mlx(dir: &Path, config: Value) -> Result<Adapter> {
     if let Some(kind) = config.get("fine_tune_type").and_then(Value::as_str)
         && kind != "lora"
     {
+        let kind = shown(kind);
         return Err(problem(
             &config_path,
             "fine_tune_type",
             &format!("is `{kind}`; nnx reads MLX-LM's `lora` adapters (fuse a `{kind}` one with mlx_lm first)"),
         ));
     }
-    let scale = config["lora_parameters"].get("scale").and_then(Value::as_f64).unwrap_or(20.0) as f32;
+    let scale = match config_number(&config_path, &config["lora_parameters"], "scale") {
+        Ok(scale) => scale.unwrap_or(20.0) as f32,
+        Err(_) => {
+            let found = describe(&config["lora_parameters"]["scale"]);
+            return Err(problem(
+                &config_path,
+                "lora_parameters.scale",
+                &format!("is {found}, expected a finite number"),
+            ));
+        }
+    };
+    if !scale.is_finite() {
+        return Err(problem(&config_path, "lora_parameters.scale", "is past what f32 holds: the config is damaged"));
+    }
     let file = dir.join("adapters.safetensors");
     let archive = Archive::open(&file)?;
     let mut stems: Vec<&str> = archive.names().filter_map(|name| name.strip_suffix(".lora_a")).collect();
@@ -1272,13 +1660,17 @@ fn read_mlx(dir: &Path, config: Value) -> Result<Adapter> {
             return Err(problem(&file, &a_name, &format!("has no `{b_name}` beside it: the file is incomplete")));
         }
         // MLX keeps `x @ lora_a @ lora_b`: `lora_a` [in, r], `lora_b` [r, out].
-        let a = f32_of(archive.try_get(&a_name)?)?;
-        let b = f32_of(archive.try_get(&b_name)?)?;
-        if a.rank() != 2 || b.rank() != 2 || a.shape()[1] != b.shape()[0] {
+        let a = f32_of(&file, &a_name, archive.try_get(&a_name)?)?;
+        let b = f32_of(&file, &b_name, archive.try_get(&b_name)?)?;
+        if a.rank() != 2 || b.rank() != 2 || a.shape()[1] != b.shape()[0] || a.shape()[1] == 0 {
             return Err(problem(
                 &file,
                 &b_name,
-                &format!("is {:?} beside `{a_name}` {:?}: expected [in, r] and [r, out]", b.shape(), a.shape()),
+                &format!(
+                    "is {:?} beside `{a_name}` {:?}: expected [in, r] and [r, out] of the same rank r of at least 1",
+                    b.shape(),
+                    a.shape()
+                ),
             ));
         }
         modules.push(LoraModule {
@@ -1287,6 +1679,8 @@ fn read_mlx(dir: &Path, config: Value) -> Result<Adapter> {
             a: a.transpose(0, 1)?.contiguous(),
             b: b.transpose(0, 1)?.contiguous(),
             scale,
+            // Set per model by `Adapter::in_model_layout`: MLX-LM's factors are in the model's
+            // layout, whatever the checkpoint's.
             fan_in_fan_out: false,
             magnitude: None,
             bias: None,
@@ -1308,16 +1702,40 @@ fn read_gguf(path: &Path) -> Result<Adapter> {
                 path,
                 "adapter.type",
                 &format!(
-                    "is {found:?}, expected \"lora\": convert the adapter with llama.cpp's `convert_lora_to_gguf.py`"
+                    "is {:?}, expected \"lora\": convert the adapter with llama.cpp's `convert_lora_to_gguf.py`",
+                    found.map(shown)
                 ),
             ));
         }
     }
-    let alpha = metadata.f64("adapter.lora.alpha").unwrap_or(0.0);
+    // llama.cpp's converter writes FLOAT32; any finite number is taken, anything else refused
+    // rather than read as "no alpha" (a scale of 1).
+    let alpha = match metadata.get("adapter.lora.alpha") {
+        None => 0.0,
+        Some(value) => match value.as_f64() {
+            Some(alpha) if alpha.is_finite() => alpha,
+            found => {
+                let found = found.map_or_else(|| "not a number".to_string(), |alpha| alpha.to_string());
+                return Err(problem(
+                    path,
+                    "adapter.lora.alpha",
+                    &format!(
+                        "is {found} ({}), expected a finite number: llama.cpp's `convert_lora_to_gguf.py` writes `lora_alpha` as FLOAT32",
+                        value.value_type().name()
+                    ),
+                ));
+            }
+        },
+    };
     let mut config = serde_json::Map::new();
     for (key, value) in metadata.iter().filter(|(key, _)| key.starts_with("adapter.") || key.starts_with("general.")) {
         let value = value.as_f64().map(Value::from).or_else(|| value.as_str().map(Value::from)).unwrap_or(Value::Null);
         config.insert(key.to_string(), value);
+    }
+    for name in archive.names() {
+        if !name.ends_with(".lora_a") && !name.ends_with(".lora_b") {
+            return Err(problem(path, name, "is not a LoRA factor (`.lora_a` or `.lora_b`)"));
+        }
     }
     let mut stems: Vec<&str> = archive.names().filter_map(|name| name.strip_suffix(".weight.lora_a")).collect();
     stems.sort_unstable();
@@ -1328,11 +1746,14 @@ fn read_gguf(path: &Path) -> Result<Adapter> {
         if !archive.contains(&b_name) {
             return Err(problem(path, &a_name, &format!("has no `{b_name}` beside it: the file is incomplete")));
         }
-        let a = f32_of(archive.ggml(&a_name)?.dequantize()?)?;
-        let b = f32_of(archive.ggml(&b_name)?.dequantize()?)?;
+        let a = f32_of(path, &a_name, archive.ggml(&a_name)?.dequantize()?)?;
+        let b = f32_of(path, &b_name, archive.ggml(&b_name)?.dequantize()?)?;
         let r = factor_rank(path, (&a_name, &a), (&b_name, &b))?;
         // llama.cpp scales by alpha / r, or by 1 when the file gives no alpha.
         let scale = if alpha == 0.0 { 1.0 } else { (alpha / r as f64) as f32 };
+        if !scale.is_finite() {
+            return Err(problem(path, "adapter.lora.alpha", &format!("is {alpha}, past what an f32 scale holds")));
+        }
         modules.push(LoraModule {
             source: stem.to_string(),
             kind: LoraKind::Projection,
@@ -1343,11 +1764,6 @@ fn read_gguf(path: &Path) -> Result<Adapter> {
             magnitude: None,
             bias: None,
         });
-    }
-    for name in archive.names() {
-        if !name.ends_with(".lora_a") && !name.ends_with(".lora_b") {
-            return Err(problem(path, name, "is not a LoRA factor (`.lora_a` or `.lora_b`)"));
-        }
     }
     Ok(Adapter {
         path: path.to_path_buf(),

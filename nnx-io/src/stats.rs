@@ -4,9 +4,14 @@
 //! sums squared deviations from the mean, as numpy's `std` does, and fills the histogram over
 //! the first pass's range), so memory stays bounded by the chunk whatever the tensor's size.
 //! Block-quantized GGUF tensors are decoded a chunk of rows at a time.
+//!
+//! A view read from a file (a PyTorch tensor over a shared storage) is walked in pieces of at
+//! most a chunk, never materialized whole: an axis of stride 0 repeats the values under it, so
+//! it is walked once and its values counted as many times as it repeats. A file of a few
+//! hundred bytes that describes a tensor of 2^33 equal values so gets its statistics at once.
 
-use nnx_core::DType;
 use nnx_core::quant::ggml::{GgmlType, dequantize_row};
+use nnx_core::{DType, Tensor};
 
 use crate::archive::Archive;
 use crate::error::{Error, Result};
@@ -65,21 +70,36 @@ pub type Stream<'a> = dyn Fn(&mut dyn FnMut(&[f64])) -> Result<()> + 'a;
 /// # Errors
 /// The errors of `stream`.
 pub fn stats_of(name: &str, encoding: String, shape: Vec<usize>, stream: &Stream<'_>) -> Result<TensorStats> {
+    repeated_stats_of(name, encoding, shape, 1, stream)
+}
+
+/// [`stats_of`] for values that each stand for `repeat` equal values (the axes of stride 0 of a
+/// view, walked once): every count is multiplied, the mean and spread stay what they are.
+fn repeated_stats_of(
+    name: &str,
+    encoding: String,
+    shape: Vec<usize>,
+    repeat: u64,
+    stream: &Stream<'_>,
+) -> Result<TensorStats> {
     let (mut count, mut finite, mut zeros, mut nans, mut infs) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut min, mut max, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+    let weight = repeat as f64;
     stream(&mut |values| {
         for &value in values {
-            count += 1;
+            count = count.saturating_add(repeat);
             if value.is_nan() {
-                nans += 1;
+                nans = nans.saturating_add(repeat);
             } else if value.is_infinite() {
-                infs += 1;
+                infs = infs.saturating_add(repeat);
             } else {
-                finite += 1;
-                zeros += u64::from(value == 0.0);
+                finite = finite.saturating_add(repeat);
+                if value == 0.0 {
+                    zeros = zeros.saturating_add(repeat);
+                }
                 min = min.min(value);
                 max = max.max(value);
-                sum += value;
+                sum += value * weight;
             }
         }
     })?;
@@ -89,10 +109,11 @@ pub fn stats_of(name: &str, encoding: String, shape: Vec<usize>, stream: &Stream
     let width = max - min;
     stream(&mut |values| {
         for &value in values.iter().filter(|value| value.is_finite()) {
-            squares += (value - mean) * (value - mean);
+            squares += (value - mean) * (value - mean) * weight;
             // numpy's binning: (x - min) * bins / (max - min), the maximum in the last bin.
             let bin = if width > 0.0 { ((value - min) * BINS as f64 / width) as usize } else { 0 };
-            histogram[bin.min(BINS - 1)] += 1;
+            let slot = &mut histogram[bin.min(BINS - 1)];
+            *slot = slot.saturating_add(repeat);
         }
     })?;
     let (min, max) = if finite > 0 { (min, max) } else { (f64::NAN, f64::NAN) };
@@ -113,6 +134,66 @@ pub fn stats_of(name: &str, encoding: String, shape: Vec<usize>, stream: &Stream
     })
 }
 
+/// `tensor` with every axis of stride 0 narrowed to its first index, and how many times each
+/// remaining value stands for one of the whole view: the same values, each counted once.
+fn without_repeats(tensor: &Tensor) -> Result<(Tensor, u64)> {
+    let mut view = tensor.clone();
+    let mut repeat = 1u64;
+    for axis in 0..view.rank() {
+        let size = view.shape()[axis];
+        if view.strides()[axis] == 0 && size > 1 {
+            view = view.narrow(axis, 0, 1)?;
+            repeat = repeat.saturating_mul(size as u64);
+        }
+    }
+    Ok((view, repeat))
+}
+
+/// Gives `visit` the values of `view`, row-major, widened to f64 a piece of at most [`CHUNK`]
+/// values at a time: each piece is a narrowed view materialized on its own, so memory stays
+/// bounded by the piece whatever the view's layout.
+fn walk_pieces(view: &Tensor, visit: &mut dyn FnMut(&[f64])) -> Result<()> {
+    let shape = view.shape();
+    if view.len() <= CHUNK {
+        return visit_piece(view, visit);
+    }
+    // The outermost axis whose inner axes fit a chunk: pieces are runs along it, at each index
+    // of the axes outside it.
+    let mut inner = 1usize;
+    let mut axis = shape.len();
+    while axis > 0 && inner.saturating_mul(shape[axis - 1]) <= CHUNK {
+        axis -= 1;
+        inner *= shape[axis];
+    }
+    // `view.len() > CHUNK`, so some axis does not fit and `axis` is at least 1.
+    let axis = axis - 1;
+    let run = (CHUNK / inner).max(1);
+    let outer = &shape[..axis];
+    let mut index = vec![0usize; axis];
+    loop {
+        let mut piece = view.clone();
+        for (at, &i) in index.iter().enumerate() {
+            piece = piece.narrow(at, i, 1)?;
+        }
+        let mut start = 0;
+        while start < shape[axis] {
+            let len = run.min(shape[axis] - start);
+            visit_piece(&piece.narrow(axis, start, len)?, visit)?;
+            start += len;
+        }
+        // The next index of the outer axes, the last one fastest.
+        let Some(at) = (0..axis).rev().find(|&at| index[at] + 1 < outer[at]) else { return Ok(()) };
+        index[at] += 1;
+        index[at + 1..].fill(0);
+    }
+}
+
+/// One piece of a walk: its values as f64.
+fn visit_piece(piece: &Tensor, visit: &mut dyn FnMut(&[f64])) -> Result<()> {
+    visit(&piece.to_dtype(DType::F64)?.to_vec::<f64>()?);
+    Ok(())
+}
+
 /// The statistics of entry `name` of `archive`: a float entry read from the mapped file, or a
 /// GGUF tensor of any ggml type decoded; `None` for integer and boolean entries.
 ///
@@ -131,8 +212,7 @@ pub fn entry_stats(archive: &Archive, name: &str) -> Result<Option<TensorStats>>
             values: cols,
             bytes: 0,
         })?;
-        let bytes = entry.data.contiguous();
-        let bytes = bytes.as_slice::<u8>()?.ok_or(Error::Meta { op: "stats" })?;
+        let bytes = entry.data.to_bytes()?;
         let rows_per_chunk = (CHUNK / cols).max(1);
         let stream = |visit: &mut dyn FnMut(&[f64])| -> Result<()> {
             let mut row = vec![0f32; cols];
@@ -153,25 +233,44 @@ pub fn entry_stats(archive: &Archive, name: &str) -> Result<Option<TensorStats>>
     if !dtype.is_castable_float() {
         return Ok(None);
     }
-    let tensor = archive.try_get(name)?.contiguous();
-    // The values widened chunk by chunk into one buffer, straight from the mapped bytes.
-    fn widened<T: nnx_core::Element + Copy>(values: &[T], widen: impl Fn(T) -> f64, visit: &mut dyn FnMut(&[f64])) {
-        let mut buffer = Vec::with_capacity(CHUNK.min(values.len()));
-        for chunk in values.chunks(CHUNK) {
-            buffer.clear();
-            buffer.extend(chunk.iter().map(|&value| widen(value)));
-            visit(&buffer);
+    let tensor = archive.try_get(name)?;
+    if tensor.is_contiguous() {
+        // The values widened chunk by chunk into one buffer, straight from the mapped bytes.
+        fn widened<T: nnx_core::Element + Copy>(values: &[T], widen: impl Fn(T) -> f64, visit: &mut dyn FnMut(&[f64])) {
+            let mut buffer = Vec::with_capacity(CHUNK.min(values.len()));
+            for chunk in values.chunks(CHUNK) {
+                buffer.clear();
+                buffer.extend(chunk.iter().map(|&value| widen(value)));
+                visit(&buffer);
+            }
+        }
+        // Bytes that are not aligned for their dtype are not borrowed as a slice: those are
+        // walked below, a piece at a time.
+        let borrowed = match dtype {
+            DType::F32 => tensor.as_slice::<f32>().is_ok_and(|slice| slice.is_some()),
+            DType::F16 => tensor.as_slice::<half::f16>().is_ok_and(|slice| slice.is_some()),
+            DType::BF16 => tensor.as_slice::<half::bf16>().is_ok_and(|slice| slice.is_some()),
+            _ => tensor.as_slice::<f64>().is_ok_and(|slice| slice.is_some()),
+        };
+        if borrowed {
+            let stream = |visit: &mut dyn FnMut(&[f64])| -> Result<()> {
+                let missing = || Error::Meta { op: "stats" };
+                match dtype {
+                    DType::F32 => widened(tensor.as_slice::<f32>()?.ok_or_else(missing)?, f64::from, visit),
+                    DType::F16 => widened(tensor.as_slice::<half::f16>()?.ok_or_else(missing)?, f64::from, visit),
+                    DType::BF16 => widened(tensor.as_slice::<half::bf16>()?.ok_or_else(missing)?, f64::from, visit),
+                    _ => widened(tensor.as_slice::<f64>()?.ok_or_else(missing)?, |value| value, visit),
+                }
+                Ok(())
+            };
+            return stats_of(name, dtype.to_string(), shape, &stream).map(Some);
         }
     }
-    let stream = |visit: &mut dyn FnMut(&[f64])| -> Result<()> {
-        let missing = || Error::Meta { op: "stats" };
-        match dtype {
-            DType::F32 => widened(tensor.as_slice::<f32>()?.ok_or_else(missing)?, f64::from, visit),
-            DType::F16 => widened(tensor.as_slice::<half::f16>()?.ok_or_else(missing)?, f64::from, visit),
-            DType::BF16 => widened(tensor.as_slice::<half::bf16>()?.ok_or_else(missing)?, f64::from, visit),
-            _ => widened(&tensor.to_dtype(DType::F64)?.to_vec::<f64>()?, |value| value, visit),
-        }
-        Ok(())
-    };
-    stats_of(name, dtype.to_string(), shape, &stream).map(Some)
+    // A strided view: its distinct values walked in pieces, never the whole view at once. What
+    // remains after the repeats are taken out must be no more than the view could honestly
+    // hold (a view whose strides overlap describes more values than it stores).
+    let (view, repeat) = without_repeats(&tensor)?;
+    view.check_expansion(view.expansion_limit())?;
+    let stream = |visit: &mut dyn FnMut(&[f64])| walk_pieces(&view, visit);
+    repeated_stats_of(name, dtype.to_string(), shape, repeat, &stream).map(Some)
 }

@@ -131,8 +131,10 @@ where
     /// `batch` sequences of `capacity` positions, allocated (zeroed) on the device of `like`.
     ///
     /// # Errors
-    /// [`Error::TooLarge`] when the tensors cannot be addressed, or the device's error
-    /// when it cannot hold them.
+    /// [`Error::TooLarge`] when the tensors cannot be addressed, [`Error::Allocation`] when
+    /// the system refuses their memory (the sizes come from a model's files and the caller's
+    /// capacity, so that a cache too large to hold is an error, not an abort), or the device's
+    /// error when it cannot hold them.
     pub fn new(
         like: &Tensor<D>,
         layers: usize,
@@ -142,8 +144,22 @@ where
         capacity: usize,
     ) -> crate::Result<KvCache<D>> {
         let shape = [batch, kv_heads, capacity, head_dim];
-        let mut keys = Vec::with_capacity(layers);
-        let mut values = Vec::with_capacity(layers);
+        let too_large = || Error::TooLarge { dtype: crate::DType::F32, shape: shape.to_vec() };
+        let bytes = shape
+            .iter()
+            .try_fold(std::mem::size_of::<f32>(), |bytes, &size| bytes.checked_mul(size))
+            .and_then(|bytes| bytes.checked_mul(layers)?.checked_mul(2))
+            .filter(|&bytes| bytes <= isize::MAX as usize)
+            .ok_or_else(too_large)?;
+        // Asked of the system first, so that a refusal is an error here rather than an abort in
+        // the zeroed allocation below; nothing is touched, so the probe costs no memory.
+        let mut probe: Vec<u8> = Vec::new();
+        probe.try_reserve_exact(bytes).map_err(|_| Error::Allocation { op: "hold the key/value cache", bytes })?;
+        drop(probe);
+        let mut keys = Vec::new();
+        let mut values = Vec::new();
+        keys.try_reserve_exact(layers).map_err(|_| too_large())?;
+        values.try_reserve_exact(layers).map_err(|_| too_large())?;
         for _ in 0..layers {
             keys.push(like.new_zeros(&shape)?);
             values.push(like.new_zeros(&shape)?);

@@ -11,18 +11,56 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use minijinja::value::{Kwargs, Rest, Serde, Value, ValueKind};
-use minijinja::{Environment, ErrorKind};
+use minijinja::formatting::FormatStyle;
+use minijinja::value::{Kwargs, Rest, Serde, StringInput, Value, ValueKind, ValueOrKwargs};
+use minijinja::{Environment, ErrorKind, State};
 use serde::Serialize;
 
 use crate::gguf::Metadata;
 use crate::{Error, Result};
 
-/// The instructions one render may run: far more than any published template needs for a long
-/// conversation, and a bound on a hostile one (templates come from model files).
-const FUEL: u64 = 50_000_000;
+// Templates come from downloaded model files, so every render is bounded. The published
+// templates of `tests/fixtures/chat/` are at most 6 KB with at most 40 tokens in one tag, and
+// use about 60 fuel a message plus one per 14 bytes of content (1,000 messages of 2 KB: under
+// 200,000); the limits below leave room for longer conversations than any context holds.
+
+/// The largest template source compiled: published templates are a few KB.
+const MAX_SOURCE_BYTES: usize = 1 << 20;
+
+/// The most tokens one tag (`{{ ... }}`, `{% ... %}`) may hold: each can add a level to the
+/// syntax tree, which the engine compiles and drops recursively, so this bounds its stack.
+const MAX_TAG_TOKENS: usize = 2_000;
+
+/// The fuel of one render, plus one per [`BYTES_PER_FUEL`] bytes of the conversation up to as
+/// much again: minijinja charges one per instruction and one per 64 bytes of data a template
+/// makes, so this bounds both its time and its memory (32 MB of strings at most). It also
+/// bounds how deep a value a loop can nest, which [`RENDER_STACK_BYTES`] is sized for.
+const FUEL: u64 = 250_000;
+
+/// The bytes of conversation that pay for one more fuel: nearly twice what the published
+/// templates spend on their messages' text.
+const BYTES_PER_FUEL: u64 = 8;
+
+/// The largest rendered prompt: about a million tokens, past the context of published models,
+/// and the most that `tojson`, `format`, `indent` and Python's string methods may make at once.
+const MAX_OUTPUT_BYTES: usize = 4 << 20;
+
+/// The stack of the thread templates are compiled and rendered on. Printing, comparing and
+/// dropping a nested value recurse in the engine (about 400 bytes a level); twice [`FUEL`] lets
+/// a template nest one at most about 320,000 levels deep, which needs some 130 MiB. Reserving the
+/// stack costs address space only; its pages are touched as used.
+const RENDER_STACK_BYTES: usize = 256 << 20;
+
+/// How long a render may take. Fuel stops runaway loops within milliseconds; the engine's own
+/// walks over a shared value (`a ~ ''`, `a == b` on a list that holds itself twice, 48 times
+/// over) cost no fuel, so a deadline bounds them.
+const RENDER_TIME_LIMIT: Duration = Duration::from_secs(5);
+
+/// The most characters of a template's `raise_exception` message kept in the error.
+const MAX_MESSAGE_CHARS: usize = 1_000;
 
 /// The name a template is compiled under: the environment holds one.
 const NAME: &str = "chat_template";
@@ -73,7 +111,8 @@ impl Message {
 /// # Ok::<(), nnx::Error>(())
 /// ```
 pub struct ChatTemplate {
-    environment: Environment<'static>,
+    /// Shared with the thread each render runs on.
+    environment: Arc<Environment<'static>>,
     origin: String,
     source: String,
     bos_token: String,
@@ -95,7 +134,8 @@ impl ChatTemplate {
     /// empty one is left undefined, as transformers leaves a tokenizer's missing tokens).
     ///
     /// # Errors
-    /// [`Error::Template`] naming the line of a syntax error.
+    /// [`Error::Template`] naming the line of a syntax error, or a source past 1 MiB (`is too
+    /// large`) or with a tag of over 2,000 tokens (`nests too deeply`).
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
         ChatTemplate::compile("the given source", source, bos_token, eos_token)
     }
@@ -166,7 +206,7 @@ impl ChatTemplate {
         if let Some(source) = read_optional(&jinja_path)? {
             return ChatTemplate::compile(&format!("`{}`", jinja_path.display()), &source, &bos, &eos).map(Some);
         }
-        let origin = format!("`{}`", config_path.display());
+        let origin = format!("`{}` entry `chat_template`", config_path.display());
         let wrong = |message: String| Error::Template {
             origin: origin.clone(),
             line: None,
@@ -188,25 +228,51 @@ impl ChatTemplate {
         ChatTemplate::compile(&origin, source, &bos, &eos).map(Some)
     }
 
-    /// Sets up transformers' environment and compiles `source` in it.
+    /// Sets up transformers' environment and compiles `source` in it, on the render thread.
     fn compile(origin: &str, source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
-        let mut environment = Environment::new();
-        let syntax = minijinja::syntax::SyntaxConfig::builder()
-            .trim_blocks(true)
-            .lstrip_blocks(true)
-            .build()
-            .map_err(|error| template_error(origin, &error))?;
-        environment.set_syntax(syntax);
-        environment.set_fuel(Some(FUEL));
-        environment.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        environment.add_function("raise_exception", raise_exception);
-        environment.add_function("strftime_now", strftime_now);
-        environment.add_filter("tojson", tojson);
-        environment
-            .add_template_owned(NAME, without_generation_tags(source))
-            .map_err(|error| template_error(origin, &error))?;
+        if source.len() > MAX_SOURCE_BYTES {
+            return Err(limit_error(
+                origin,
+                None,
+                Exceeded {
+                    failure: "is too large",
+                    message: format!("{} bytes, past the {MAX_SOURCE_BYTES} nnx compiles", source.len()),
+                    remedy: "use the template published with the model; a chat template is a few KB",
+                },
+            ));
+        }
+        if let Some((line, tokens)) = crowded_tag(source) {
+            return Err(limit_error(
+                origin,
+                Some(line),
+                Exceeded {
+                    failure: "nests too deeply",
+                    message: format!("a tag of over {tokens} tokens, past the {MAX_TAG_TOKENS} nnx allows in one tag"),
+                    remedy: "split the expression over several `{% set %}` tags",
+                },
+            ));
+        }
+        let prepared = without_generation_tags(source);
+        let compile_origin = origin.to_string();
+        let environment = on_render_thread(origin, move || {
+            let mut environment = Environment::new();
+            let syntax = minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .map_err(|error| template_error(&compile_origin, &error))?;
+            environment.set_syntax(syntax);
+            environment.set_fuel(Some(FUEL));
+            environment.set_unknown_method_callback(python_method);
+            environment.add_function("raise_exception", raise_exception);
+            environment.add_function("strftime_now", strftime_now);
+            environment.add_filter("tojson", tojson);
+            add_bounded_filters(&mut environment);
+            environment.add_template_owned(NAME, prepared).map_err(|error| template_error(&compile_origin, &error))?;
+            Ok(environment)
+        })?;
         Ok(ChatTemplate {
-            environment,
+            environment: Arc::new(environment),
             origin: origin.to_string(),
             source: source.to_string(),
             bos_token: bos_token.to_string(),
@@ -222,23 +288,61 @@ impl ChatTemplate {
     /// # Errors
     /// [`Error::Template`] with the template's own message when it refuses the conversation
     /// (`raise_exception`, e.g. roles that do not alternate), or the engine's when rendering
-    /// fails, with the line.
+    /// fails, with the line; or the bound a template passed: `runs too long` (its fuel, or a
+    /// 5 s deadline), `writes too much` (a prompt past 4 MiB), `nests too deeply` (a value past
+    /// 512 levels in `tojson` and the filters that walk values).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let mut context: Vec<(&str, Value)> = vec![
-            ("messages", Value::from(Serde(messages))),
-            ("add_generation_prompt", Value::from(add_generation_prompt)),
-            ("tools", Value::from(())),
-            ("documents", Value::from(())),
-        ];
+        let environment = Arc::clone(&self.environment);
+        let messages = messages.to_vec();
+        let origin = self.origin.clone();
         // transformers passes the tokens its tokenizer has; a missing one stays undefined.
-        for (name, token) in [("bos_token", &self.bos_token), ("eos_token", &self.eos_token)] {
-            if !token.is_empty() {
+        let tokens: Vec<(&'static str, String)> = [("bos_token", &self.bos_token), ("eos_token", &self.eos_token)]
+            .into_iter()
+            .filter(|(_, token)| !token.is_empty())
+            .map(|(name, token)| (name, token.clone()))
+            .collect();
+        let conversation: usize = messages.iter().map(|message| message.role.len() + message.content.len()).sum();
+        let fuel = FUEL + (conversation as u64 / BYTES_PER_FUEL).min(FUEL);
+        on_render_thread(&self.origin, move || {
+            // A clone shares the compiled template; only its fuel differs.
+            let mut environment = (*environment).clone();
+            environment.set_fuel(Some(fuel));
+            let mut context: Vec<(&str, Value)> = vec![
+                ("messages", Value::from(Serde(&messages))),
+                ("add_generation_prompt", Value::from(add_generation_prompt)),
+                ("tools", Value::from(())),
+                ("documents", Value::from(())),
+            ];
+            for (name, token) in &tokens {
                 context.push((name, Value::from(token.as_str())));
             }
-        }
-        let context = Value::from_pairs(context);
-        let template = self.environment.get_template(NAME).map_err(|error| template_error(&self.origin, &error))?;
-        template.render(context).map_err(|error| template_error(&self.origin, &error))
+            let context = Value::from_pairs(context);
+            let template = environment.get_template(NAME).map_err(|error| template_error(&origin, &error))?;
+            let mut output = BoundedOutput::default();
+            match template.render_captured_to(context, &mut output) {
+                Ok(_) => String::from_utf8(output.bytes).map_err(|_| {
+                    limit_error(
+                        &origin,
+                        None,
+                        Exceeded {
+                            failure: "failed to render",
+                            message: "the engine wrote text that is not UTF-8".into(),
+                            remedy: "report the template to the nnx maintainers",
+                        },
+                    )
+                }),
+                Err(_) if output.passed => Err(limit_error(
+                    &origin,
+                    None,
+                    Exceeded {
+                        failure: "writes too much",
+                        message: format!("the prompt passed the {MAX_OUTPUT_BYTES} bytes nnx allows"),
+                        remedy: "shorten the conversation, or check the template for a runaway loop or a huge value",
+                    },
+                )),
+                Err(error) => Err(template_error(&origin, &error)),
+            }
+        })
     }
 
     /// The texts that end the assistant's turn: the end-of-sequence token, then each
@@ -283,18 +387,22 @@ impl std::error::Error for Raised {}
 /// nnx's error for a minijinja error of the template from `origin`.
 fn template_error(origin: &str, error: &minijinja::Error) -> Error {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    let raised = std::iter::from_fn(|| {
+    let causes: Vec<&(dyn std::error::Error + 'static)> = std::iter::from_fn(|| {
         let current = source?;
         source = current.source();
         Some(current)
     })
-    .find_map(|error| error.downcast_ref::<Raised>());
+    .collect();
+    let raised = causes.iter().find_map(|error| error.downcast_ref::<Raised>());
+    let exceeded = causes.iter().find_map(|error| error.downcast_ref::<Exceeded>());
     let (failure, message, remedy) = if let Some(Raised(message)) = raised {
         (
             "refused the conversation",
             message.clone(),
             "change the messages as the template's message asks (roles, order, content)",
         )
+    } else if let Some(exceeded) = exceeded {
+        (exceeded.failure, exceeded.message.clone(), exceeded.remedy)
     } else {
         let message = match error.detail() {
             Some(detail) => format!("{}: {detail}", error.kind()),
@@ -306,8 +414,11 @@ fn template_error(origin: &str, error: &minijinja::Error) -> Error {
             }
             ErrorKind::OutOfFuel => (
                 "runs too long",
-                format!("{message} after {FUEL} instructions"),
-                "shorten the conversation, or check the template for a runaway loop",
+                format!(
+                    "it used up the fuel nnx allows a render ({FUEL}, plus one per {BYTES_PER_FUEL} bytes of the \
+                     conversation up to twice that; one per instruction, one per 64 bytes of data it makes)"
+                ),
+                "shorten the conversation, or check the template for a runaway loop or a huge value",
             ),
             _ => (
                 "failed to render",
@@ -325,8 +436,454 @@ fn template_error(origin: &str, error: &minijinja::Error) -> Error {
     }
 }
 
-/// transformers' `raise_exception(message)`: fails the render with the template's message.
-fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Error> {
+/// A bound of nnx's that a template passed, carried through minijinja's error as its source
+/// (like [`Raised`]) so that the error says which bound it was.
+#[derive(Debug)]
+struct Exceeded {
+    /// What went wrong, as [`Error::Template`] words it: `writes too much`, ...
+    failure: &'static str,
+    /// Which bound, and by how much.
+    message: String,
+    /// What to do about it.
+    remedy: &'static str,
+}
+
+impl std::fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Exceeded {}
+
+impl Exceeded {
+    /// The engine error that carries this one.
+    fn into_engine(self) -> minijinja::Error {
+        minijinja::Error::new(ErrorKind::InvalidOperation, self.message.clone()).with_source(self)
+    }
+}
+
+/// nnx's error for a bound of nnx's passed outside the engine.
+fn limit_error(origin: &str, line: Option<usize>, exceeded: Exceeded) -> Error {
+    Error::Template {
+        origin: origin.to_string(),
+        line,
+        failure: exceeded.failure,
+        message: exceeded.message,
+        remedy: exceeded.remedy,
+    }
+}
+
+/// What a value made by one filter or method may hold, refused past [`MAX_OUTPUT_BYTES`].
+fn too_large(what: &str, bytes: u64) -> minijinja::Error {
+    Exceeded {
+        failure: "writes too much",
+        message: format!("{what} would make {bytes} bytes, past the {MAX_OUTPUT_BYTES} nnx allows"),
+        remedy: "check the template for a huge width, count or repetition",
+    }
+    .into_engine()
+}
+
+/// Runs `work` on a thread of its own with a [`RENDER_STACK_BYTES`] stack, whatever the
+/// caller's stack, and gives up on it after [`RENDER_TIME_LIMIT`] (it is left to finish on its
+/// own: a thread cannot be stopped from outside).
+fn on_render_thread<T: Send + 'static>(origin: &str, work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    let (sender, receiver) = mpsc::sync_channel(1);
+    let spawned =
+        std::thread::Builder::new().name("nnx-chat-template".into()).stack_size(RENDER_STACK_BYTES).spawn(move || {
+            let _ = sender.send(work());
+        });
+    if let Err(error) = spawned {
+        return Err(limit_error(
+            origin,
+            None,
+            Exceeded {
+                failure: "cannot be rendered",
+                message: format!("no thread with a {} MiB stack could be started: {error}", RENDER_STACK_BYTES >> 20),
+                remedy: "raise the process's address-space limit (`ulimit -v`)",
+            },
+        ));
+    }
+    match receiver.recv_timeout(RENDER_TIME_LIMIT) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(limit_error(
+            origin,
+            None,
+            Exceeded {
+                failure: "runs too long",
+                message: format!("it did not finish within the {} s nnx allows a render", RENDER_TIME_LIMIT.as_secs()),
+                remedy: "check the template for a value that holds itself many times over",
+            },
+        )),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(limit_error(
+            origin,
+            None,
+            Exceeded {
+                failure: "failed to render",
+                message: "the engine stopped without a result".into(),
+                remedy: "report the template to the nnx maintainers",
+            },
+        )),
+    }
+}
+
+/// The rendered prompt, refused once it passes [`MAX_OUTPUT_BYTES`]: the engine stops writing
+/// (and printing a value) at the first refused write.
+#[derive(Default)]
+struct BoundedOutput {
+    bytes: Vec<u8>,
+    /// Whether a write was refused.
+    passed: bool,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_OUTPUT_BYTES {
+            self.passed = true;
+            return Err(std::io::Error::other("the prompt is too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The line of the first tag (`{{ ... }}` or `{% ... %}`) of `source` that holds more than
+/// [`MAX_TAG_TOKENS`] tokens, and that count, read as minijinja's lexer reads tags: strings
+/// whole, a tag ending only where its brackets balance; comments and `raw` blocks skipped.
+fn crowded_tag(source: &str) -> Option<(usize, usize)> {
+    let bytes = source.as_bytes();
+    let line_at = |at: usize| 1 + bytes[..at.min(bytes.len())].iter().filter(|&&b| b == b'\n').count();
+    let mut at = 0;
+    while let Some(offset) = source.get(at..).and_then(|rest| rest.find('{')) {
+        let start = at + offset;
+        let end = match bytes.get(start + 1) {
+            Some(b'#') => {
+                at = source[start + 2..].find("#}").map_or(bytes.len(), |end| start + 2 + end + 2);
+                continue;
+            }
+            Some(b'{') => b'}',
+            Some(b'%') => b'%',
+            _ => {
+                at = start + 1;
+                continue;
+            }
+        };
+        let mut cursor = start + 2;
+        let mut balance = 0isize;
+        let mut tokens = 0usize;
+        let mut first_word: Option<&str> = None;
+        while cursor < bytes.len() {
+            let byte = bytes[cursor];
+            if balance == 0 && byte == end && bytes.get(cursor + 1) == Some(&b'}') {
+                cursor += 2;
+                break;
+            }
+            match byte {
+                b'\'' | b'"' => {
+                    cursor += 1;
+                    while cursor < bytes.len() && bytes[cursor] != byte {
+                        cursor += if bytes[cursor] == b'\\' { 2 } else { 1 };
+                    }
+                    cursor += 1;
+                }
+                b if b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80 => {
+                    let word_start = cursor;
+                    while cursor < bytes.len()
+                        && (bytes[cursor].is_ascii_alphanumeric() || bytes[cursor] == b'_' || bytes[cursor] >= 0x80)
+                    {
+                        cursor += 1;
+                    }
+                    if tokens == 0 {
+                        first_word = source.get(word_start..cursor);
+                    }
+                }
+                b if b.is_ascii_whitespace() => {
+                    cursor += 1;
+                    continue;
+                }
+                b => {
+                    balance += match b {
+                        b'(' | b'[' | b'{' => 1,
+                        b')' | b']' | b'}' => -1,
+                        _ => 0,
+                    };
+                    cursor += 1;
+                    // `-` and `+` right after the opening are whitespace control, not tokens.
+                    if tokens == 0 && cursor == start + 3 && (b == b'-' || b == b'+') {
+                        continue;
+                    }
+                }
+            }
+            tokens += 1;
+            if tokens > MAX_TAG_TOKENS {
+                return Some((line_at(start), MAX_TAG_TOKENS));
+            }
+        }
+        at = cursor;
+        // A raw block's body is text: skip to its end tag.
+        if end == b'%' && first_word == Some("raw") {
+            at = source[at.min(source.len())..].find("endraw").map_or(bytes.len(), |end| at + end);
+        }
+    }
+    None
+}
+
+/// Visits `value` and everything it holds, one fuel an item, refusing nesting past
+/// [`MAX_DEPTH`]: run before the engine's own walks (printing, joining, sorting), which do not
+/// charge fuel and would otherwise follow a list that holds itself twice, 48 levels over, for
+/// ever. Returns the bytes `pprint` would write at most.
+fn check_walkable(state: &State<'_, '_>, value: &Value) -> std::result::Result<u64, minijinja::Error> {
+    let mut pending: Vec<(Value, usize)> = vec![(value.clone(), 0)];
+    let mut printed: u64 = 0;
+    while let Some((value, depth)) = pending.pop() {
+        state.consume_fuel(1)?;
+        if depth > MAX_DEPTH {
+            return Err(nested_too_deeply());
+        }
+        printed = printed.saturating_add(depth as u64 * 4 + 8 + value.as_str().map_or(0, |text| text.len() as u64));
+        match value.kind() {
+            ValueKind::Seq | ValueKind::Iterable => {
+                for item in value.try_iter()? {
+                    pending.push((item, depth + 1));
+                }
+            }
+            ValueKind::Map => {
+                for key in value.try_iter()? {
+                    let item = value.get_item(&key)?;
+                    pending.push((key, depth + 1));
+                    pending.push((item, depth + 1));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(printed)
+}
+
+/// The error for a value nested past [`MAX_DEPTH`].
+fn nested_too_deeply() -> minijinja::Error {
+    Exceeded {
+        failure: "nests too deeply",
+        message: format!("a value nests past the {MAX_DEPTH} levels nnx allows"),
+        remedy: "check the template for a value built inside itself",
+    }
+    .into_engine()
+}
+
+/// The builtin filters that walk a whole value (printing, joining, comparing it), each after
+/// [`check_walkable`], and those whose arguments size their result (`format` widths, `indent`),
+/// each after checking the size against [`MAX_OUTPUT_BYTES`].
+fn add_bounded_filters(environment: &mut Environment<'static>) {
+    use minijinja::filters;
+    environment.add_filter("string", |state: &State<'_, '_>, value: &Value| {
+        check_walkable(state, value)?;
+        filters::string(state, value)
+    });
+    environment.add_filter(
+        "join",
+        |state: &mut State<'_, '_>,
+         value: &Value,
+         joiner: Option<StringInput<'_>>,
+         attribute: Option<&str>,
+         kwargs: Kwargs| {
+            check_walkable(state, value)?;
+            filters::join(state, value, joiner, attribute, kwargs)
+        },
+    );
+    environment.add_filter("pprint", |state: &State<'_, '_>, value: &Value| {
+        let printed = check_walkable(state, value)?;
+        if printed > MAX_OUTPUT_BYTES as u64 {
+            return Err(too_large("`pprint`", printed));
+        }
+        Ok(filters::pprint(value))
+    });
+    environment.add_filter("sort", |state: &State<'_, '_>, value: Value, kwargs: Kwargs| {
+        check_walkable(state, &value)?;
+        filters::sort(state, value, kwargs)
+    });
+    environment.add_filter("unique", |state: &State<'_, '_>, value: Value, kwargs: Kwargs| {
+        check_walkable(state, &value)?;
+        filters::unique(state, value, kwargs)
+    });
+    environment.add_filter("min", |state: &State<'_, '_>, value: Value, kwargs: Kwargs| {
+        check_walkable(state, &value)?;
+        filters::min(state, value, kwargs)
+    });
+    environment.add_filter("max", |state: &State<'_, '_>, value: Value, kwargs: Kwargs| {
+        check_walkable(state, &value)?;
+        filters::max(state, value, kwargs)
+    });
+    environment.add_filter("format", |state: &mut State<'_, '_>, format: &Value, args: Rest<ValueOrKwargs>| {
+        let values: Vec<Value> = args.iter().map(|arg| arg.clone().into_value()).collect();
+        check_format(state, format.as_str().unwrap_or_default(), FormatStyle::Printf, &values)?;
+        filters::format(state, format, args)
+    });
+    environment.add_filter(
+        "indent",
+        |value: StringInput<'_>, width: Option<Value>, first: Option<bool>, blank: Option<bool>, kwargs: Kwargs| {
+            // Jinja takes a width or the text to indent with.
+            let unit = match &width {
+                Some(width) => match width.as_str() {
+                    Some(text) => text.len() as u64,
+                    None => u64::try_from(width.clone()).unwrap_or(u64::MAX),
+                },
+                None => 4,
+            };
+            let text = value.as_str();
+            let lines = text.bytes().filter(|&b| b == b'\n').count() as u64 + 1;
+            let bytes = unit.saturating_mul(lines).saturating_add(text.len() as u64);
+            if bytes > MAX_OUTPUT_BYTES as u64 {
+                return Err(too_large("`indent`", bytes));
+            }
+            let width = match width {
+                Some(width) if width.as_str().is_some() => {
+                    return Ok(Value::from(indent_with(text, width.as_str().unwrap_or_default(), first, blank)));
+                }
+                Some(width) => Some(usize::try_from(width)?),
+                None => None,
+            };
+            filters::indent(value, width, first, blank, kwargs)
+        },
+    );
+}
+
+/// Jinja's `indent` with a string: `prefix` before every line but the first (unless
+/// `first`), blank lines left alone (unless `blank`).
+fn indent_with(text: &str, prefix: &str, first: Option<bool>, blank: Option<bool>) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (at, line) in text.split('\n').enumerate() {
+        if at > 0 {
+            out.push('\n');
+        }
+        if (at > 0 || first == Some(true)) && (blank == Some(true) || !line.trim().is_empty()) {
+            out.push_str(prefix);
+        }
+        out.push_str(line);
+    }
+    out
+}
+
+/// Refuses a `format` whose widths or precisions (printf's `%10.3f`, Python's `{:>10}`, or a
+/// `*` taken from the arguments) would make more than [`MAX_OUTPUT_BYTES`], and arguments that
+/// [`check_walkable`] refuses (they are printed).
+fn check_format(
+    state: &State<'_, '_>,
+    format: &str,
+    style: FormatStyle,
+    args: &[Value],
+) -> std::result::Result<(), minijinja::Error> {
+    for arg in args {
+        check_walkable(state, arg)?;
+    }
+    let bytes = format.as_bytes();
+    let mut widest: u64 = 0;
+    let mut starred = false;
+    let mut at = 0;
+    while at < bytes.len() {
+        let in_spec = match style {
+            FormatStyle::Printf => bytes[at] == b'%',
+            FormatStyle::StrFormat => bytes[at] == b'{',
+        };
+        at += 1;
+        if !in_spec {
+            continue;
+        }
+        // The field: up to its conversion letter (printf) or its closing brace.
+        while at < bytes.len() {
+            let byte = bytes[at];
+            if byte.is_ascii_digit() {
+                let start = at;
+                while at < bytes.len() && bytes[at].is_ascii_digit() {
+                    at += 1;
+                }
+                let number: u64 = format[start..at].parse().unwrap_or(u64::MAX);
+                widest = widest.max(number);
+                continue;
+            }
+            starred |= byte == b'*';
+            at += 1;
+            let done = match style {
+                FormatStyle::Printf => byte.is_ascii_alphabetic() || byte == b'%',
+                FormatStyle::StrFormat => byte == b'}',
+            };
+            if done {
+                break;
+            }
+        }
+    }
+    if starred {
+        for arg in args {
+            if let Ok(number) = i64::try_from(arg.clone()) {
+                widest = widest.max(number.unsigned_abs());
+            }
+        }
+    }
+    if widest > MAX_OUTPUT_BYTES as u64 {
+        return Err(too_large("a `format` width or precision", widest));
+    }
+    Ok(())
+}
+
+/// Python's string and dict methods (minijinja-contrib's), with the ones whose result can
+/// outgrow their input bounded first: `replace` by its result's size, `split` charged for the
+/// items it makes, `format` by its widths, `join` by [`check_walkable`].
+fn python_method(
+    state: &mut State<'_, '_>,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> std::result::Result<Value, minijinja::Error> {
+    if let Some(text) = value.as_str() {
+        match method {
+            "replace" => {
+                if let (Some(old), Some(new)) =
+                    (args.first().and_then(Value::as_str), args.get(1).and_then(Value::as_str))
+                {
+                    let count = if old.is_empty() { text.chars().count() + 1 } else { text.matches(old).count() };
+                    let count = match args.get(2).map(|limit| i64::try_from(limit.clone())) {
+                        Some(Ok(limit)) if limit >= 0 => count.min(limit as usize),
+                        _ => count,
+                    };
+                    let bytes = (text.len() as u64)
+                        .saturating_add((count as u64).saturating_mul(new.len() as u64))
+                        .saturating_sub((count as u64).saturating_mul(old.len() as u64));
+                    if bytes > MAX_OUTPUT_BYTES as u64 {
+                        return Err(too_large("`str.replace`", bytes));
+                    }
+                }
+            }
+            // An item per character at most, each a value of 32 bytes of fuel.
+            "split" | "rsplit" | "splitlines" => state.consume_fuel(text.len() as u64 / 2)?,
+            "format" => check_format(state, text, FormatStyle::StrFormat, args)?,
+            "join" => {
+                for arg in args {
+                    check_walkable(state, arg)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// transformers' `raise_exception(message)`: fails the render with the template's message
+/// (its first [`MAX_MESSAGE_CHARS`] characters).
+fn raise_exception(state: &State<'_, '_>, message: Value) -> std::result::Result<Value, minijinja::Error> {
+    let message = match message.as_str() {
+        Some(text) => text.to_string(),
+        None => {
+            check_walkable(state, &message)?;
+            message.to_string()
+        }
+    };
+    let message = match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((end, _)) => format!("{}...", &message[..end]),
+        None => message,
+    };
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, message.clone()).with_source(Raised(message)))
 }
 
@@ -334,7 +891,12 @@ fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Err
 /// separators=None, sort_keys=False)`, those parameters taken positionally or by name. Jinja's
 /// own filter differs (it escapes `<`, `>`, `&` and `'`, and sorts keys), and so would the
 /// models' prompts.
-fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> std::result::Result<String, minijinja::Error> {
+fn tojson(
+    state: &State<'_, '_>,
+    value: &Value,
+    args: Rest<Value>,
+    kwargs: Kwargs,
+) -> std::result::Result<String, minijinja::Error> {
     const NAMES: [&str; 4] = ["ensure_ascii", "indent", "separators", "sort_keys"];
     if args.len() > NAMES.len() {
         return Err(minijinja::Error::new(ErrorKind::TooManyArguments, "tojson takes at most 4 arguments"));
@@ -405,7 +967,7 @@ fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> std::result::Resu
         sort_keys: sort_keys.is_true(),
     };
     let mut out = String::new();
-    dumper.value(&mut out, value, 0)?;
+    dumper.value(state, &mut out, value, 0)?;
     Ok(out)
 }
 
@@ -425,9 +987,22 @@ const MAX_DEPTH: usize = 512;
 const MAX_INDENT: usize = 256;
 
 impl Dumper {
-    fn value(&self, out: &mut String, value: &Value, depth: usize) -> std::result::Result<(), minijinja::Error> {
+    /// Writes `value` at `depth`, one fuel an item (the engine does not charge a filter's
+    /// work, and a list that holds itself twice over is walked item by item), refused once the
+    /// text passes [`MAX_OUTPUT_BYTES`].
+    fn value(
+        &self,
+        state: &State<'_, '_>,
+        out: &mut String,
+        value: &Value,
+        depth: usize,
+    ) -> std::result::Result<(), minijinja::Error> {
         if depth > MAX_DEPTH {
-            return Err(minijinja::Error::new(ErrorKind::InvalidOperation, "tojson: the value nests too deeply"));
+            return Err(nested_too_deeply());
+        }
+        state.consume_fuel(1)?;
+        if out.len() > MAX_OUTPUT_BYTES {
+            return Err(too_large("`tojson`", out.len() as u64));
         }
         match value.kind() {
             ValueKind::None => out.push_str("null"),
@@ -439,7 +1014,9 @@ impl Dumper {
             ValueKind::String => self.string(out, value.as_str().unwrap_or_default()),
             ValueKind::Seq | ValueKind::Iterable => {
                 let items: Vec<Value> = value.try_iter()?.collect();
-                self.container(out, '[', ']', items.len(), depth, |out, at| self.value(out, &items[at], depth + 1))?;
+                self.container(out, '[', ']', items.len(), depth, |out, at| {
+                    self.value(state, out, &items[at], depth + 1)
+                })?;
             }
             ValueKind::Map => {
                 let mut pairs: Vec<(String, Value)> = Vec::new();
@@ -454,7 +1031,7 @@ impl Dumper {
                     let (key, item) = &pairs[at];
                     self.string(out, key);
                     out.push_str(&self.key_separator);
-                    self.value(out, item, depth + 1)
+                    self.value(state, out, item, depth + 1)
                 })?;
             }
             kind => {
@@ -584,9 +1161,14 @@ fn python_float(x: f64) -> String {
 /// in UTC (transformers uses the machine's local time, which servers usually keep in UTC).
 /// The directives of the C locale and glibc's `-` (no padding) are known; others are written
 /// as they are, as glibc writes them.
-fn strftime_now(format: String) -> String {
+/// A format of over a KiB is refused: each directive can write 24 bytes, and dates are short.
+fn strftime_now(format: &str) -> std::result::Result<String, minijinja::Error> {
+    const MAX_FORMAT: usize = 1 << 10;
+    if format.len() > MAX_FORMAT {
+        return Err(too_large("`strftime_now` with a format of over 1 KiB", format.len() as u64 * 12));
+    }
     let seconds = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_secs()).unwrap_or(0);
-    strftime(&format, seconds as i64)
+    Ok(strftime(format, seconds as i64))
 }
 
 /// `format` for the UTC time `seconds` after the Unix epoch.
@@ -775,6 +1357,42 @@ mod tests {
         assert_eq!(strftime("%F %T %e %Q", 0), "1970-01-01 00:00:00  1 %Q");
         assert_eq!(civil_from_days(-1), (1969, 12, 31));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn crowded_tags_are_found_as_the_lexer_reads_tags() {
+        let chain = format!("{{{{ 1{} }}}}", "+1".repeat(MAX_TAG_TOKENS));
+        assert_eq!(crowded_tag(&format!("line\n{chain}")), Some((2, MAX_TAG_TOKENS)));
+        // `}}` inside a dict or a string does not end the tag; the chain after it still counts.
+        assert!(crowded_tag(&format!("{{{{ {{'a': {{}}}} ~ '}}}}'{} }}}}", " ~ 1".repeat(MAX_TAG_TOKENS))).is_some());
+        // Comments and raw blocks are text, however many tokens they would hold.
+        let many = "x ".repeat(MAX_TAG_TOKENS + 1);
+        assert_eq!(crowded_tag(&format!("{{# {many} #}}{{% raw %}}{{{{ {many} }}}}{{% endraw %}}ok")), None);
+        assert_eq!(crowded_tag(&format!("{{{{ {} }}}}", "1 + ".repeat(MAX_TAG_TOKENS / 2 - 1) + "1")), None);
+    }
+
+    #[test]
+    fn format_widths_are_read_before_formatting() {
+        let environment = Environment::new();
+        let template = environment.template_from_str("").unwrap();
+        let state = template.new_state();
+        let check = |format: &str, style, args: &[Value]| check_format(&state, format, style, args).is_ok();
+        assert!(check("%5d %-10.3f %%", FormatStyle::Printf, &[Value::from(1), Value::from(2.5)]));
+        assert!(!check("%999999999d", FormatStyle::Printf, &[Value::from(1)]));
+        assert!(!check("%*d", FormatStyle::Printf, &[Value::from(999_999_999), Value::from(1)]));
+        assert!(check("{} {:>10} {0}", FormatStyle::StrFormat, &[Value::from(1)]));
+        assert!(!check("{:.999999999}", FormatStyle::StrFormat, &[Value::from(1.5)]));
+        // Numbers in the text around the fields are text.
+        assert!(check("in 999999999 years: {}", FormatStyle::StrFormat, &[Value::from(1)]));
+    }
+
+    #[test]
+    fn raised_messages_are_shortened() {
+        let template = ChatTemplate::new("{{ raise_exception('x' * 100000) }}", "", "").unwrap();
+        let error = template.render(&[], false).unwrap_err();
+        let Error::Template { failure, message, .. } = error else { panic!("{error:?}") };
+        assert_eq!(failure, "refused the conversation");
+        assert_eq!(message.len(), MAX_MESSAGE_CHARS + 3);
     }
 
     #[test]

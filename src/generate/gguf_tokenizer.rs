@@ -34,6 +34,7 @@ use tokenizers::processors::template::{SpecialToken, TemplateProcessing};
 use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, PaddingParams, PreTokenizerWrapper};
 use tokenizers::{SplitDelimiterBehavior, Tokenizer};
 
+use super::text::{MAX_ADDED_BYTES, MAX_ADDED_TOKENS, MAX_TOKEN_BYTES};
 use crate::{Error, Result};
 
 /// llama.cpp's token types (`tokenizer.ggml.token_type`).
@@ -180,6 +181,75 @@ fn known_pre_tokenizers() -> String {
     PRE_TOKENIZERS.iter().flat_map(|pre| pre.names.iter().copied()).collect::<Vec<_>>().join(", ")
 }
 
+/// The most tokens a GGUF vocabulary may have: eight times the largest in use (Gemma 3's
+/// 262,144), far below what ids can number. Each token costs a few hundred bytes of maps, so
+/// millions of tiny tokens would cost many times the file's size.
+const MAX_TOKENS: usize = 1 << 21;
+
+/// The most text the merges derived from a SentencePiece vocabulary may hold (the two halves of
+/// every split of a token into two tokens). A trained vocabulary of 262,144 tokens needs about
+/// 10 MiB; a vocabulary made so that every part of every token is a token needs the cube of
+/// its size.
+const MAX_MERGE_BYTES: usize = 64 << 20;
+
+/// `text` as an error message shows it: escaped, and cut after 64 characters, so that a
+/// hostile token neither floods the terminal nor moves its cursor.
+fn shown(text: &str) -> String {
+    let mut shown: String = text.chars().take(64).flat_map(char::escape_debug).collect();
+    if text.chars().nth(64).is_some() {
+        shown.push_str("...");
+    }
+    shown
+}
+
+/// Refuses vocabularies that would cost far more to build than their size: too many tokens for
+/// a language model, or a token longer than [`MAX_TOKEN_BYTES`].
+fn check_vocabulary(origin: &Path, tokens: &[String]) -> Result<()> {
+    let count = tokens.len();
+    if count > MAX_TOKENS {
+        return Err(fail(
+            origin,
+            format!(
+                "`tokenizer.ggml.tokens` has {count} tokens, more than the {MAX_TOKENS} nnx reads (the largest vocabularies in use have 262,144): the file is damaged or not a language model's vocabulary"
+            ),
+        ));
+    }
+    if let Some((id, token)) = tokens.iter().enumerate().find(|(_, token)| token.len() > MAX_TOKEN_BYTES) {
+        return Err(fail(
+            origin,
+            format!(
+                "token {id} of `tokenizer.ggml.tokens` is {} bytes long, more than the {MAX_TOKEN_BYTES} nnx accepts (trained tokens have at most a few hundred): the file is damaged or hostile; use one from a trusted converter",
+                token.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses more control, unknown and user-defined tokens than [`MAX_ADDED_TOKENS`], or more
+/// text in them than [`MAX_ADDED_BYTES`]: they are matched in the text by an automaton that
+/// takes tens of bytes per byte of theirs.
+fn check_added_tokens(origin: &Path, tokens: &[String], types: &[i64]) -> Result<()> {
+    let (mut count, mut bytes) = (0usize, 0usize);
+    for (id, (token, kind)) in tokens.iter().zip(types).enumerate() {
+        if ![UNKNOWN, CONTROL, USER_DEFINED].contains(kind) {
+            continue;
+        }
+        count += 1;
+        bytes += token.len();
+        if count > MAX_ADDED_TOKENS || bytes > MAX_ADDED_BYTES {
+            return Err(fail(
+                origin,
+                format!(
+                    "`tokenizer.ggml.token_type` marks too many tokens as control, unknown or user-defined: by token {id} there are {count}, of {bytes} bytes, past the {MAX_ADDED_TOKENS} tokens or {} KiB nnx matches in the text (vocabularies in use have at most a few thousand); the file is damaged or hostile",
+                    MAX_ADDED_BYTES >> 10
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The error of a GGUF file whose tokenizer metadata cannot make a tokenizer.
 fn fail(origin: &Path, message: impl Into<String>) -> Error {
     Error::Tokenizer { path: origin.to_path_buf(), source: message.into().into() }
@@ -225,7 +295,8 @@ impl Keys<'_> {
             .transpose()
     }
 
-    /// An array of numbers with at least one per token.
+    /// An array of numbers with one per token: llama.cpp reads the `i`th value for token `i`, so
+    /// any other length means the arrays do not describe the same vocabulary.
     fn per_token<T>(
         &self,
         field: &str,
@@ -234,10 +305,13 @@ impl Keys<'_> {
     ) -> Result<Option<Vec<T>>> {
         let Some(value) = self.get(field) else { return Ok(None) };
         let values = read(value).ok_or_else(|| self.wrong(field, "an array of numbers"))?;
-        if values.len() < tokens {
+        if values.len() != tokens {
             return Err(fail(
                 self.origin,
-                format!("`tokenizer.ggml.{field}` has {} values for {tokens} tokens", values.len()),
+                format!(
+                    "`tokenizer.ggml.{field}` has {} values for {tokens} tokens: it needs one per token of `tokenizer.ggml.tokens`; the file is damaged or was written by a broken converter",
+                    values.len()
+                ),
             ));
         }
         Ok(Some(values))
@@ -263,7 +337,8 @@ pub(crate) fn tokenizer_from_gguf(metadata: &Metadata, origin: &Path) -> Result<
             return Err(fail(
                 origin,
                 format!(
-                    "tokenizer model `{other}` (`tokenizer.ggml.model`) is not supported: nnx builds `gpt2` (byte-level BPE) and `llama` (SentencePiece) tokenizers"
+                    "tokenizer model `{}` (`tokenizer.ggml.model`) is not supported: nnx builds `gpt2` (byte-level BPE) and `llama` (SentencePiece) tokenizers",
+                    shown(other)
                 ),
             ));
         }
@@ -271,9 +346,7 @@ pub(crate) fn tokenizer_from_gguf(metadata: &Metadata, origin: &Path) -> Result<
     };
     let tokens = keys.strings("tokens")?.ok_or_else(|| fail(origin, "`tokenizer.ggml.tokens` is missing"))?;
     let count = tokens.len();
-    if u32::try_from(count).is_err() {
-        return Err(fail(origin, format!("`tokenizer.ggml.tokens` has {count} tokens, more than ids can number")));
-    }
+    check_vocabulary(origin, tokens)?;
     // llama.cpp names an empty token by its id so that every token has a text of its own.
     let tokens: Vec<String> = tokens
         .iter()
@@ -284,10 +357,21 @@ pub(crate) fn tokenizer_from_gguf(metadata: &Metadata, origin: &Path) -> Result<
         keys.per_token("token_type", count, |value| value.as_array()?.to_i64s())?.unwrap_or_else(|| vec![1; count]);
     let vocab: Vocab = tokens.iter().enumerate().map(|(id, token)| (token.clone(), id as u32)).collect();
     if vocab.len() != count {
-        let mut seen = HashSet::new();
-        let twice = tokens.iter().find(|token| !seen.insert(token.as_str())).cloned().unwrap_or_default();
-        return Err(fail(origin, format!("`tokenizer.ggml.tokens` holds `{twice}` twice")));
+        // Found again only now, on the error path, to keep the common path to one map.
+        let mut first = HashMap::new();
+        for (id, token) in tokens.iter().enumerate() {
+            if let Some(before) = first.insert(token.as_str(), id) {
+                return Err(fail(
+                    origin,
+                    format!(
+                        "`tokenizer.ggml.tokens` holds `{}` twice (tokens {before} and {id}): every token must be distinct; the file is damaged",
+                        shown(token)
+                    ),
+                ));
+            }
+        }
     }
+    check_added_tokens(origin, &tokens, &types)?;
 
     let pre = match kind {
         Kind::BytePairs => {
@@ -296,7 +380,8 @@ pub(crate) fn tokenizer_from_gguf(metadata: &Metadata, origin: &Path) -> Result<
                 fail(
                     origin,
                     format!(
-                        "pre-tokenizer `{name}` (`tokenizer.ggml.pre`) is not one nnx knows; it knows {}",
+                        "pre-tokenizer `{}` (`tokenizer.ggml.pre`) is not one nnx knows; it knows {}",
+                        shown(name),
                         known_pre_tokenizers()
                     ),
                 )
@@ -464,7 +549,7 @@ fn sentence_piece(
     add_space_prefix: bool,
 ) -> Result<Tokenizer> {
     let error = |source: tokenizers::Error| Error::Tokenizer { path: origin.to_path_buf(), source };
-    let merges = merges_by_score(tokens, scores);
+    let merges = merges_by_score(origin, tokens, scores)?;
     let mut model = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
     if let Some(unknown) = unknown {
         model = model.unk_token(unknown);
@@ -491,17 +576,147 @@ fn sentence_piece(
 /// tokens, ranked by the score of the token they make, highest first (ties by that token's id,
 /// then by the ids of its parts). llama.cpp breaks a tie of scores by the leftmost pair in the
 /// text instead, which no ranking can express; vocabularies give their tokens distinct scores.
-fn merges_by_score(tokens: &[String], scores: Option<&[f32]>) -> Vec<(String, String)> {
-    let ids: HashMap<&str, usize> = tokens.iter().enumerate().map(|(id, token)| (token.as_str(), id)).collect();
-    let score = |id: usize| scores.map_or(0.0, |scores| scores[id]);
-    let mut merges: Vec<(usize, usize, usize)> = Vec::new();
+///
+/// The splits are found in time linear in the vocabulary's bytes (after sorting it): a token's
+/// prefixes that are tokens are a chain of "longest proper prefix that is a token" links, its
+/// suffixes likewise, and a split is a length on both chains. Trying every cut of every token
+/// instead hashes each token once per character, quadratic in its length.
+///
+/// # Errors
+/// When the merges' text would pass [`MAX_MERGE_BYTES`]: the tokens' halves are tokens far more
+/// often than in any trained vocabulary (a vocabulary of `a`, `aa`, `aaa`, ... has merges whose
+/// text grows with the cube of its size).
+fn merges_by_score(origin: &Path, tokens: &[String], scores: Option<&[f32]>) -> Result<Vec<(String, String)>> {
+    let prefixes = longest_proper_parts(tokens, |a, b| a.cmp(b), |token, part| token.starts_with(part));
+    let suffixes =
+        longest_proper_parts(tokens, |a, b| a.iter().rev().cmp(b.iter().rev()), |token, part| token.ends_with(part));
+    let score = |id: usize| scores.and_then(|scores| scores.get(id)).copied().unwrap_or(0.0);
+    let mut merges: Vec<(u32, u32, u32)> = Vec::new();
+    let mut text = 0usize;
+    // The ids of a token's proper prefixes that are tokens (longest first), and of its suffixes.
+    let (mut left_parts, mut right_parts) = (Vec::new(), Vec::new());
     for (id, token) in tokens.iter().enumerate() {
-        for (at, _) in token.char_indices().skip(1) {
-            if let (Some(&left), Some(&right)) = (ids.get(&token[..at]), ids.get(&token[at..])) {
-                merges.push((id, left, right));
+        let chain = |links: &[Option<u32>], into: &mut Vec<u32>| {
+            into.clear();
+            let mut link = links[id];
+            while let Some(part) = link {
+                into.push(part);
+                link = links[part as usize];
+            }
+        };
+        chain(&prefixes, &mut left_parts);
+        chain(&suffixes, &mut right_parts);
+        // Prefixes by decreasing length meet suffixes by increasing length where they split the
+        // token in two; both lists are sorted, so one pass finds every split.
+        let mut rights = right_parts.iter().rev().peekable();
+        for &left in &left_parts {
+            let wanted = token.len() - tokens[left as usize].len();
+            while rights.next_if(|&&right| tokens[right as usize].len() < wanted).is_some() {}
+            if let Some(&&right) = rights.peek().filter(|&&&right| tokens[right as usize].len() == wanted) {
+                text += token.len();
+                if text > MAX_MERGE_BYTES {
+                    return Err(fail(
+                        origin,
+                        format!(
+                            "the SentencePiece vocabulary `tokenizer.ggml.tokens` splits into pairs of its own tokens more often than a trained vocabulary does: by token {id} ({} bytes) the merges nnx derives from it hold more than {} MiB of text; the file is damaged or hostile, use one from a trusted converter",
+                            token.len(),
+                            MAX_MERGE_BYTES >> 20
+                        ),
+                    ));
+                }
+                merges.push((id as u32, left, right));
             }
         }
     }
-    merges.sort_by(|a, b| score(b.0).total_cmp(&score(a.0)).then(a.cmp(b)));
-    merges.into_iter().map(|(_, left, right)| (tokens[left].clone(), tokens[right].clone())).collect()
+    merges.sort_by(|a, b| score(b.0 as usize).total_cmp(&score(a.0 as usize)).then(a.cmp(b)));
+    Ok(merges
+        .into_iter()
+        .map(|(_, left, right)| (tokens[left as usize].clone(), tokens[right as usize].clone()))
+        .collect())
+}
+
+/// For each token, the id of its longest proper part that is a token, where `contains` says
+/// which parts count (prefixes, or suffixes) and `order` sorts every token right after its parts
+/// (byte order for prefixes, reversed byte order for suffixes).
+///
+/// In that order the tokens that are parts of a token form a stack: each one's parts are still
+/// on it when it comes, and the others are popped. Every token is pushed and popped once, and
+/// each test reads at most the part's bytes, so the pass is linear in the vocabulary's bytes.
+/// Tokens are distinct.
+fn longest_proper_parts(
+    tokens: &[String],
+    order: impl Fn(&[u8], &[u8]) -> std::cmp::Ordering,
+    contains: impl Fn(&[u8], &[u8]) -> bool,
+) -> Vec<Option<u32>> {
+    let mut sorted: Vec<u32> = (0..tokens.len() as u32).collect();
+    sorted.sort_unstable_by(|&a, &b| order(tokens[a as usize].as_bytes(), tokens[b as usize].as_bytes()));
+    let mut links = vec![None; tokens.len()];
+    let mut stack: Vec<u32> = Vec::new();
+    for &id in &sorted {
+        let token = tokens[id as usize].as_bytes();
+        while let Some(&top) = stack.last() {
+            let part = tokens[top as usize].as_bytes();
+            if part.len() < token.len() && contains(token, part) {
+                break;
+            }
+            stack.pop();
+        }
+        links[id as usize] = stack.last().copied();
+        stack.push(id);
+    }
+    links
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The merges as first written: every cut of every token looked up in a map.
+    fn every_cut(tokens: &[String], scores: &[f32]) -> Vec<(String, String)> {
+        let ids: HashMap<&str, usize> = tokens.iter().enumerate().map(|(id, token)| (token.as_str(), id)).collect();
+        let mut merges: Vec<(usize, usize, usize)> = Vec::new();
+        for (id, token) in tokens.iter().enumerate() {
+            for (at, _) in token.char_indices().skip(1) {
+                if let (Some(&left), Some(&right)) = (ids.get(&token[..at]), ids.get(&token[at..])) {
+                    merges.push((id, left, right));
+                }
+            }
+        }
+        merges.sort_by(|a, b| scores[b.0].total_cmp(&scores[a.0]).then(a.cmp(b)));
+        merges.into_iter().map(|(_, left, right)| (tokens[left].clone(), tokens[right].clone())).collect()
+    }
+
+    /// Vocabularies of short words over a small alphabet (with a character of two bytes), so
+    /// that most halves are tokens, give the same merges in the same order.
+    #[test]
+    fn chains_of_parts_find_every_cut() {
+        let alphabet = ['a', 'b', '\u{e9}', '\u{2581}'];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..50 {
+            let mut tokens: Vec<String> = Vec::new();
+            let mut seen = HashSet::new();
+            for _ in 0..(next() % 200) {
+                let length = 1 + next() % 6;
+                let token: String = (0..length).map(|_| alphabet[(next() % 4) as usize]).collect();
+                if seen.insert(token.clone()) {
+                    tokens.push(token);
+                }
+            }
+            let scores: Vec<f32> = tokens.iter().map(|_| (next() % 16) as f32).collect();
+            let ours = merges_by_score(Path::new("test.gguf"), &tokens, Some(&scores)).unwrap();
+            assert_eq!(ours, every_cut(&tokens, &scores), "{tokens:?}");
+        }
+    }
+
+    #[test]
+    fn shown_text_is_escaped_and_cut() {
+        assert_eq!(shown("a\u{1b}[2J"), "a\\u{1b}[2J");
+        assert_eq!(shown(&"x".repeat(100)), format!("{}...", "x".repeat(64)));
+    }
 }

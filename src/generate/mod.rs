@@ -116,6 +116,122 @@ struct FileSettings {
     repetition_penalty: Option<f32>,
 }
 
+/// Those fields as the file gives them, each a [`Setting`]; every other field is skipped as it is
+/// read, so that a large `config.json` costs no more than its text.
+#[derive(serde::Deserialize)]
+struct FileFields {
+    #[serde(default)]
+    eos_token_id: Setting,
+    #[serde(default)]
+    max_new_tokens: Setting,
+    #[serde(default)]
+    do_sample: Setting,
+    #[serde(default)]
+    temperature: Setting,
+    #[serde(default)]
+    top_k: Setting,
+    #[serde(default)]
+    top_p: Setting,
+    #[serde(default)]
+    repetition_penalty: Setting,
+}
+
+/// One setting's value: a scalar, or a list of unsigned integers (token ids, `None` for an
+/// entry that is not one); anything else is consumed without being built, and named in the
+/// error of the field that wanted another type.
+#[derive(Default)]
+enum Setting {
+    #[default]
+    Null,
+    Bool(bool),
+    Unsigned(u64),
+    Number(f64),
+    List(Vec<Option<u64>>),
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for Setting {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Setting, D::Error> {
+        deserializer.deserialize_any(SettingVisitor { list: true })
+    }
+}
+
+/// Reads a [`Setting`]; inside a list (`list` false), a nested list is consumed, not built.
+struct SettingVisitor {
+    list: bool,
+}
+
+impl<'de> serde::de::Visitor<'de> for SettingVisitor {
+    type Value = Setting;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a generation setting")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> std::result::Result<Setting, E> {
+        Ok(Setting::Bool(value))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> std::result::Result<Setting, E> {
+        Ok(Setting::Unsigned(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> std::result::Result<Setting, E> {
+        Ok(u64::try_from(value).map_or(Setting::Number(value as f64), Setting::Unsigned))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> std::result::Result<Setting, E> {
+        Ok(Setting::Number(value))
+    }
+
+    fn visit_str<E>(self, _: &str) -> std::result::Result<Setting, E> {
+        Ok(Setting::Other)
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Setting, E> {
+        Ok(Setting::Null)
+    }
+
+    fn visit_none<E>(self) -> std::result::Result<Setting, E> {
+        Ok(Setting::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, deserializer: D) -> std::result::Result<Setting, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Setting, A::Error> {
+        if !self.list {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            return Ok(Setting::Other);
+        }
+        let mut ids = Vec::new();
+        while let Some(item) = seq.next_element_seed(ListItem)? {
+            ids.push(item);
+        }
+        Ok(Setting::List(ids))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Setting, A::Error> {
+        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Setting::Other)
+    }
+}
+
+/// One entry of a list setting: its unsigned integer, or `None`.
+struct ListItem;
+
+impl<'de> serde::de::DeserializeSeed<'de> for ListItem {
+    type Value = Option<u64>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> std::result::Result<Option<u64>, D::Error> {
+        match deserializer.deserialize_any(SettingVisitor { list: false })? {
+            Setting::Unsigned(value) => Ok(Some(value)),
+            _ => Ok(None),
+        }
+    }
+}
+
 impl FileSettings {
     /// The settings of `path`; `None` when the file does not exist.
     fn read(path: &Path) -> Result<Option<FileSettings>> {
@@ -124,7 +240,7 @@ impl FileSettings {
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(error),
         };
-        let value: serde_json::Value = serde_json::from_str(&text).map_err(|error| Error::Config {
+        let fields: FileFields = serde_json::from_str(&text).map_err(|error| Error::Config {
             path: path.to_path_buf(),
             problem: ConfigProblem::NotJson { message: error.to_string() },
         })?;
@@ -132,38 +248,43 @@ impl FileSettings {
             path: path.to_path_buf(),
             problem: ConfigProblem::NotModelConfig { message: format!("field `{field}` must be {expected}") },
         };
-        let field = |name: &str| value.get(name).filter(|value| !value.is_null());
-        let count = |name: &str| -> Result<Option<usize>> {
-            field(name)
-                .map(|value| value.as_u64().map(|n| n as usize).ok_or_else(|| wrong(name, "a non-negative integer")))
-                .transpose()
-        };
-        let float = |name: &str| -> Result<Option<f32>> {
-            field(name).map(|value| value.as_f64().map(|x| x as f32).ok_or_else(|| wrong(name, "a number"))).transpose()
-        };
-        let id = |value: &serde_json::Value| value.as_u64().and_then(|id| u32::try_from(id).ok());
-        let eos_token_ids = match field("eos_token_id") {
-            None => None,
-            Some(serde_json::Value::Array(ids)) => Some(
-                ids.iter()
-                    .map(|value| id(value).ok_or_else(|| wrong("eos_token_id", "a token id or a list of token ids")))
-                    .collect::<Result<Vec<u32>>>()?,
-            ),
-            Some(value) => {
-                Some(vec![id(value).ok_or_else(|| wrong("eos_token_id", "a token id or a list of token ids"))?])
+        let count = |name: &str, value: &Setting| -> Result<Option<usize>> {
+            match value {
+                Setting::Null => Ok(None),
+                Setting::Unsigned(n) => Ok(Some(usize::try_from(*n).unwrap_or(usize::MAX))),
+                _ => Err(wrong(name, "a non-negative integer")),
             }
         };
-        let do_sample = field("do_sample")
-            .map(|value| value.as_bool().ok_or_else(|| wrong("do_sample", "true or false")))
-            .transpose()?;
+        let float = |name: &str, value: &Setting| -> Result<Option<f32>> {
+            match value {
+                Setting::Null => Ok(None),
+                Setting::Unsigned(n) => Ok(Some(*n as f32)),
+                Setting::Number(x) => Ok(Some(*x as f32)),
+                _ => Err(wrong(name, "a number")),
+            }
+        };
+        let ids = "a token id or a list of token ids";
+        let id =
+            |value: Option<u64>| value.and_then(|id| u32::try_from(id).ok()).ok_or_else(|| wrong("eos_token_id", ids));
+        let eos_token_ids = match &fields.eos_token_id {
+            Setting::Null => None,
+            Setting::List(list) => Some(list.iter().map(|&value| id(value)).collect::<Result<Vec<u32>>>()?),
+            Setting::Unsigned(value) => Some(vec![id(Some(*value))?]),
+            _ => return Err(wrong("eos_token_id", ids)),
+        };
+        let do_sample = match fields.do_sample {
+            Setting::Null => None,
+            Setting::Bool(value) => Some(value),
+            _ => return Err(wrong("do_sample", "true or false")),
+        };
         Ok(Some(FileSettings {
             eos_token_ids,
-            max_new_tokens: count("max_new_tokens")?,
+            max_new_tokens: count("max_new_tokens", &fields.max_new_tokens)?,
             do_sample,
-            temperature: float("temperature")?,
-            top_k: count("top_k")?,
-            top_p: float("top_p")?,
-            repetition_penalty: float("repetition_penalty")?,
+            temperature: float("temperature", &fields.temperature)?,
+            top_k: count("top_k", &fields.top_k)?,
+            top_p: float("top_p", &fields.top_p)?,
+            repetition_penalty: float("repetition_penalty", &fields.repetition_penalty)?,
         }))
     }
 }

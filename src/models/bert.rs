@@ -14,6 +14,7 @@ use crate::{Compute, DType, Device, Host, Module, Tensor};
 /// The fields nnx does not use are kept in [`extra`](BertConfig::extra), so a configuration
 /// read and written again ([`crate::Pretrained::save_pretrained`]) loses none of them.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(remote = "Self")]
 pub struct BertConfig {
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -34,10 +35,12 @@ pub struct BertConfig {
     #[serde(default = "default_epsilon")]
     pub layer_norm_eps: f32,
     /// Every other field of the file (`model_type`, `hidden_act`, dropout rates, ...), as
-    /// read: nnx does not use them and writes them back.
-    #[serde(flatten)]
+    /// read (within a bound): nnx does not use them and writes them back.
+    #[serde(flatten, skip_deserializing)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
+
+super::extra::keeps_extra!(BertConfig);
 
 fn default_types() -> usize {
     2
@@ -90,7 +93,9 @@ impl BertConfig {
                 &[self.type_vocab_size, hidden],
                 &[2, hidden],
             ],
-        )
+        )?;
+        checks.at_most("max_position_embeddings", self.max_position_embeddings, super::decoder::MAX_CONTEXT)?;
+        checks.finite_non_negative("layer_norm_eps", self.layer_norm_eps)
     }
 }
 

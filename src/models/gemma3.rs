@@ -27,6 +27,7 @@ use crate::{Compute, DType, Device, Host, Module, Tensor};
 /// The fields nnx does not use are kept in [`extra`](Gemma3Config::extra), so a configuration
 /// read and written again loses none of them.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(remote = "Self")]
 pub struct Gemma3Config {
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -85,15 +86,22 @@ pub struct Gemma3Config {
     /// is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attn_logit_softcapping: Option<f32>,
-    /// Every other field of the file (`model_type`, `hidden_activation`, `rope_scaling`,
-    /// token ids, ...), as read: nnx does not use them and writes them back.
-    #[serde(flatten)]
+    /// The global layers' rotary scaling (older configs; newer ones put it in
+    /// `rope_parameters`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeParameters>,
+    /// Every other field of the file (`model_type`, `hidden_activation`, token ids, ...), as
+    /// read (within a bound): nnx does not use them and writes them back.
+    #[serde(flatten, skip_deserializing)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
+
+super::extra::keeps_extra!(Gemma3Config);
 
 /// The `rope_parameters` object of a Gemma 3 configuration: one set of rotary settings per
 /// layer type.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(remote = "Self")]
 pub struct Gemma3RopeParameters {
     /// The global layers' settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,10 +109,12 @@ pub struct Gemma3RopeParameters {
     /// The local layers' settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_attention: Option<RopeParameters>,
-    /// Every other field of the object, as read.
-    #[serde(flatten)]
+    /// Every other field of the object, as read (within a bound).
+    #[serde(flatten, skip_deserializing)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
+
+super::extra::keeps_extra!(Gemma3RopeParameters);
 
 fn default_kv_heads() -> usize {
     4
@@ -132,6 +142,13 @@ fn default_true() -> bool {
 
 /// llama.cpp's sliding-window pattern when the file gives none.
 const DEFAULT_PATTERN: usize = 6;
+
+/// Which layers of a GGUF file slide: a period `n` (layer `i` is local unless
+/// `i % n == n - 1`), or one flag per layer.
+enum Pattern {
+    Period(usize),
+    Flags(Vec<bool>),
+}
 
 impl Gemma3Config {
     /// Reads a `config.json` and [checks](Gemma3Config::check) it.
@@ -165,47 +182,63 @@ impl Gemma3Config {
     /// [`crate::Error::NoEntry`] naming a key that is missing, [`crate::Error::Config`] for
     /// another architecture or rope scaling, and the errors of [`Gemma3Config::check`].
     pub fn from_gguf(metadata: &Metadata, tied: bool) -> crate::Result<Gemma3Config> {
-        let keys = GgufKeys::new(metadata, &["gemma3"], "`Gemma3Config::from_gguf`")?;
+        Gemma3Config::from_gguf_at(metadata, tied, &GgufKeys::origin())
+    }
+
+    /// [`Gemma3Config::from_gguf`] with errors naming `origin`, the file.
+    pub(crate) fn from_gguf_at(metadata: &Metadata, tied: bool, origin: &Path) -> crate::Result<Gemma3Config> {
+        let keys = GgufKeys::new(metadata, &["gemma3"], "`Gemma3Config::from_gguf`", origin)?;
         let hidden_size = keys.required_size("embedding_length")?;
         let num_attention_heads = keys.required_size("attention.head_count")?;
         let num_hidden_layers = keys.required_size("block_count")?;
-        let head_dim = keys.size("attention.key_length").unwrap_or(hidden_size / num_attention_heads.max(1));
-        let sliding_window = keys.size("attention.sliding_window").filter(|&window| window > 0);
-        let local = |layer: usize| -> bool {
-            if sliding_window.is_none() {
-                return false;
+        // The layer types below are one entry per layer.
+        super::Checks::new(origin).at_most(&keys.key("block_count"), num_hidden_layers, super::MAX_LAYERS)?;
+        let head_dim = keys.size("attention.key_length")?.unwrap_or(hidden_size / num_attention_heads.max(1));
+        let sliding_window = keys.size("attention.sliding_window")?.filter(|&window| window > 0);
+        let pattern = match keys.value("attention.sliding_window_pattern") {
+            Some(crate::gguf::Value::Array(array)) => {
+                let flags: Option<Vec<bool>> = (0..array.len())
+                    .map(|at| array.get(at).and_then(|flag| flag.as_bool().or(flag.as_u64().map(|n| n != 0))))
+                    .collect();
+                match flags {
+                    Some(flags) if flags.len() == num_hidden_layers => Pattern::Flags(flags),
+                    _ => {
+                        return Err(crate::Error::Config {
+                            path: origin.to_path_buf(),
+                            problem: crate::error::ConfigProblem::WrongType {
+                                key: keys.key("attention.sliding_window_pattern"),
+                                expected: "a period, or one flag per block",
+                                found: format!("an array of {} values for {num_hidden_layers} blocks", array.len()),
+                            },
+                        });
+                    }
+                }
             }
-            match keys.value("attention.sliding_window_pattern") {
-                Some(crate::gguf::Value::Array(flags)) => {
-                    flags.get(layer).and_then(|flag| flag.as_bool().or(flag.as_u64().map(|n| n != 0))) == Some(true)
-                }
-                pattern => {
-                    let period = pattern.and_then(|n| n.as_usize()).unwrap_or(DEFAULT_PATTERN);
-                    period == 0 || layer % period < period - 1
-                }
+            _ => Pattern::Period(keys.size("attention.sliding_window_pattern")?.unwrap_or(DEFAULT_PATTERN)),
+        };
+        let local = |layer: usize| -> bool {
+            match &pattern {
+                _ if sliding_window.is_none() => false,
+                Pattern::Flags(flags) => flags[layer],
+                Pattern::Period(period) => *period == 0 || layer % period < period - 1,
             }
         };
         let layer_types =
             (0..num_hidden_layers).map(|layer| if local(layer) { SLIDING } else { FULL }.into()).collect();
-        let settings = |theta: f32, factor: Option<f32>| {
-            let mut extra = serde_json::Map::new();
-            match factor {
-                Some(factor) => {
-                    extra.insert("rope_type".into(), "linear".into());
-                    extra.insert("factor".into(), factor.into());
-                }
-                None => {
-                    extra.insert("rope_type".into(), "default".into());
-                }
-            }
-            RopeParameters { rope_theta: Some(theta), extra }
+        let settings = |theta: f32, factor: Option<f32>| match factor {
+            Some(factor) => RopeParameters::linear(Some(theta), factor),
+            None => RopeParameters {
+                rope_theta: Some(theta),
+                rope_type: Some("default".into()),
+                ..RopeParameters::default()
+            },
         };
         let rope_parameters = Gemma3RopeParameters {
             full_attention: Some(settings(
-                keys.number("rope.freq_base").unwrap_or(10_000.0),
+                keys.number("rope.freq_base")?.unwrap_or(10_000.0),
                 keys.linear_rope_factor()?,
             )),
-            sliding_attention: Some(settings(keys.number("rope.freq_base_swa").unwrap_or(10_000.0), None)),
+            sliding_attention: Some(settings(keys.number("rope.freq_base_swa")?.unwrap_or(10_000.0), None)),
             extra: serde_json::Map::new(),
         };
         let query_pre_attn_scalar =
@@ -216,24 +249,25 @@ impl Gemma3Config {
             intermediate_size: keys.required_size("feed_forward_length")?,
             num_hidden_layers,
             num_attention_heads,
-            num_key_value_heads: keys.size("attention.head_count_kv").unwrap_or(num_attention_heads),
+            num_key_value_heads: keys.size("attention.head_count_kv")?.unwrap_or(num_attention_heads),
             head_dim,
             query_pre_attn_scalar,
             sliding_window,
             layer_types: Some(layer_types),
             sliding_window_pattern: None,
-            max_position_embeddings: keys.size("context_length"),
+            max_position_embeddings: keys.size("context_length")?,
             rms_norm_eps: keys.required_number("attention.layer_norm_rms_epsilon")?,
             tie_word_embeddings: tied,
             attention_bias: false,
             rope_theta: None,
             rope_local_base_freq: None,
             rope_parameters: Some(rope_parameters),
-            final_logit_softcapping: keys.number("final_logit_softcapping").filter(|&cap| cap != 0.0),
+            final_logit_softcapping: keys.number("final_logit_softcapping")?.filter(|&cap| cap != 0.0),
             attn_logit_softcapping: None,
+            rope_scaling: None,
             extra: serde_json::Map::new(),
         };
-        config.check(&GgufKeys::origin())?;
+        config.check(keys.path())?;
         Ok(config)
     }
 
@@ -270,22 +304,20 @@ impl Gemma3Config {
             head_dim: Some(self.head_dim),
             vocab: self.vocab_size,
             vectors: 6,
+            context: self.max_position_embeddings,
+            eps: self.rms_norm_eps,
+            thetas: &[("rope_theta", self.theta(false)), ("rope_local_base_freq", self.theta(true))],
         }
         .check(&checks)?;
-        if !(self.query_pre_attn_scalar > 0.0 && self.query_pre_attn_scalar.is_finite()) {
-            return Err(field("query_pre_attn_scalar", self.query_pre_attn_scalar, crate::error::ConfigRule::Positive));
-        }
-        if let Some(cap) = self.final_logit_softcapping.filter(|cap| !(*cap > 0.0 && cap.is_finite())) {
-            return Err(field("final_logit_softcapping", cap, crate::error::ConfigRule::Positive));
+        checks.finite_positive("query_pre_attn_scalar", self.query_pre_attn_scalar)?;
+        if let Some(cap) = self.final_logit_softcapping {
+            checks.finite_positive("final_logit_softcapping", cap)?;
         }
         if let Some(window) = self.sliding_window {
             checks.positive("sliding_window", window)?;
         }
         if let Some(pattern) = self.sliding_window_pattern {
             checks.positive("sliding_window_pattern", pattern)?;
-        }
-        if let Some(context) = self.max_position_embeddings {
-            checks.positive("max_position_embeddings", context)?;
         }
         if let Some(types) = &self.layer_types {
             check_layer_types(types, self.num_hidden_layers, path)?;
@@ -332,13 +364,11 @@ impl Gemma3Config {
 
     fn rope_factor_at(&self, sliding: bool, path: &Path) -> crate::Result<Option<f32>> {
         let kind = if sliding { SLIDING } else { FULL };
-        let given = self
-            .rope_settings(sliding)
-            .filter(|settings| settings.extra.contains_key("rope_type") || settings.extra.contains_key("type"));
+        let given = self.rope_settings(sliding).filter(|settings| settings.scaling().is_some());
         if let Some(settings) = given {
-            return linear_rope_factor(&settings.extra, &format!("rope_parameters.{kind}"), path);
+            return linear_rope_factor(settings, &format!("rope_parameters.{kind}"), path);
         }
-        match self.extra.get("rope_scaling").and_then(|scaling| scaling.as_object()) {
+        match &self.rope_scaling {
             Some(scaling) if !sliding => linear_rope_factor(scaling, "rope_scaling", path),
             _ => Ok(None),
         }

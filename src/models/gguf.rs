@@ -41,7 +41,7 @@ pub fn export(dir: &Path) -> crate::Result<Option<GgufExport>> {
     }
     let config = LlamaConfig::from_file(&config_path)?;
     let archive = Archive::open(dir)?;
-    let mut export = llama(&config, &archive)?;
+    let mut export = llama(&config, &archive, dir)?;
     if let Some(name) = dir.file_name().and_then(|name| name.to_str()) {
         export.metadata.set("general.name", Value::String(name.to_string()));
     }
@@ -57,21 +57,39 @@ pub fn export(dir: &Path) -> crate::Result<Option<GgufExport>> {
 /// ggml's row order of a query or key projection of `heads` heads: within each head, rows
 /// `[a0 a1 .. b0 b1 ..]` (the two rotary halves) become `[a0 b0 a1 b1 ..]`.
 ///
+/// A view read from a file is copied within its [`Tensor::expansion_limit`]: a layout that
+/// repeats a few stored bytes into gigabytes is refused, not materialized.
+///
 /// # Errors
-/// When the rows do not split into `heads` heads of an even size.
+/// When the rows do not split into `heads` heads of an even size (or the tensor has no rows);
+/// [`crate::Error::Expansion`] and [`crate::Error::Allocation`] for a view past its limit or
+/// memory refused.
 pub fn permute_rows(weight: &Tensor, heads: usize) -> crate::Result<Tensor> {
     let shape = weight.shape().to_vec();
-    let rows = shape[0];
-    let rest: Vec<usize> = shape[1..].to_vec();
+    let Some((&rows, rest)) = shape.split_first() else {
+        return Err(crate::Error::Reshape { from: shape.clone(), from_len: 1, to: vec![heads, 2, 0], to_len: 0 });
+    };
     let half = rows / heads.max(1) / 2;
     let mut split = vec![heads, 2, half];
-    split.extend(&rest);
+    split.extend(rest);
     let mut axes = vec![0, 2, 1];
     axes.extend(3..3 + rest.len());
-    weight.contiguous().reshape(&split)?.permute(&axes)?.contiguous().reshape(&shape)
+    weight.contiguous_within(weight.expansion_limit())?.reshape(&split)?.permute(&axes)?.reshape(&shape)
 }
 
-fn llama(config: &LlamaConfig, archive: &Archive) -> crate::Result<GgufExport> {
+/// `result` of working on entry `name` of `archive`, its error naming the entry and the file
+/// it is stored in (or the folder `dir`).
+fn named<T>(archive: &Archive, dir: &Path, name: &str, result: crate::Result<T>) -> crate::Result<T> {
+    result.map_err(|source| {
+        // The file the entry lies in; for formats without locations, the file the archive names.
+        let origin = archive.origin().trim_matches('`');
+        let fallback = if origin.is_empty() { dir.to_path_buf() } else { std::path::PathBuf::from(origin) };
+        let path = archive.info(name).ok().and_then(|info| info.location).map_or(fallback, |at| at.path);
+        crate::Error::Data { path, name: name.to_string(), source: Box::new(source) }
+    })
+}
+
+fn llama(config: &LlamaConfig, archive: &Archive, dir: &Path) -> crate::Result<GgufExport> {
     let mut metadata = Metadata::new();
     let arch = "llama";
     let set = |metadata: &mut Metadata, key: &str, value: Value| metadata.set(format!("{arch}.{key}"), value);
@@ -86,14 +104,24 @@ fn llama(config: &LlamaConfig, archive: &Archive) -> crate::Result<GgufExport> {
     set(&mut metadata, "attention.head_count_kv", u32_of(config.kv_heads()));
     set(&mut metadata, "attention.layer_norm_rms_epsilon", Value::F32(config.rms_norm_eps));
     set(&mut metadata, "rope.freq_base", Value::F32(config.theta()));
-    if config.head_dim() * config.num_attention_heads != config.hidden_size {
+    if config.head_dim().checked_mul(config.num_attention_heads) != Some(config.hidden_size) {
         set(&mut metadata, "attention.key_length", u32_of(config.head_dim()));
         set(&mut metadata, "attention.value_length", u32_of(config.head_dim()));
     }
 
     let mut tensors = Archive::new();
     let mut notes = Vec::new();
-    let take = |name: &str| archive.try_get(name);
+    // llama.cpp's converter keeps 1-D tensors (the norms) in f32, which every backend reads.
+    let take = |name: &str| {
+        let tensor = archive.try_get(name)?;
+        // Every tensor is written whole: a view that repeats a few stored bytes into gigabytes
+        // is refused here, naming its file, before anything is copied.
+        named(archive, dir, name, tensor.check_expansion(tensor.expansion_limit()))?;
+        if tensor.rank() == 1 && tensor.dtype().is_castable_float() {
+            return named(archive, dir, name, tensor.to_dtype(crate::DType::F32));
+        }
+        Ok(tensor)
+    };
     tensors.insert("token_embd.weight", take("model.embed_tokens.weight")?);
     for i in 0..config.num_hidden_layers {
         let hf = |part: &str| format!("model.layers.{i}.{part}.weight");
@@ -103,22 +131,15 @@ fn llama(config: &LlamaConfig, archive: &Archive) -> crate::Result<GgufExport> {
         tensors.insert(blk("ffn_gate"), take(&hf("mlp.gate_proj"))?);
         tensors.insert(blk("ffn_up"), take(&hf("mlp.up_proj"))?);
         tensors.insert(blk("ffn_norm"), take(&hf("post_attention_layernorm"))?);
-        tensors.insert(blk("attn_k"), permute_rows(&take(&hf("self_attn.k_proj"))?, config.kv_heads())?);
+        let (k, q) = (hf("self_attn.k_proj"), hf("self_attn.q_proj"));
+        tensors.insert(blk("attn_k"), named(archive, dir, &k, permute_rows(&take(&k)?, config.kv_heads()))?);
         tensors.insert(blk("attn_output"), take(&hf("self_attn.o_proj"))?);
-        tensors.insert(blk("attn_q"), permute_rows(&take(&hf("self_attn.q_proj"))?, config.num_attention_heads)?);
+        tensors.insert(blk("attn_q"), named(archive, dir, &q, permute_rows(&take(&q)?, config.num_attention_heads))?);
         tensors.insert(blk("attn_v"), take(&hf("self_attn.v_proj"))?);
     }
     tensors.insert("output_norm.weight", take("model.norm.weight")?);
     if !config.tie_word_embeddings {
         tensors.insert("output.weight", take("lm_head.weight")?);
-    }
-    // llama.cpp's converter keeps 1-D tensors (the norms) in f32, which every backend reads.
-    let names: Vec<String> = tensors.names().map(str::to_string).collect();
-    for name in names {
-        let tensor = tensors.try_get(&name)?;
-        if tensor.rank() == 1 && tensor.dtype().is_castable_float() {
-            tensors.insert(name, tensor.to_dtype(crate::DType::F32)?);
-        }
     }
     if config.rope_parameters.as_ref().is_some_and(|rope| rope.extra.get("rope_type").is_some_and(|t| t != "default"))
         || config.extra.contains_key("rope_scaling")

@@ -13,6 +13,7 @@ use crate::{Compute, DType, Device, Host, Module, Tensor};
 /// The fields nnx does not use are kept in [`extra`](Gpt2Config::extra), so a configuration
 /// read and written again ([`crate::Pretrained::save_pretrained`]) loses none of them.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(remote = "Self")]
 pub struct Gpt2Config {
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -31,10 +32,12 @@ pub struct Gpt2Config {
     #[serde(default = "default_epsilon")]
     pub layer_norm_epsilon: f32,
     /// Every other field of the file (`model_type`, `activation_function`, token ids, ...),
-    /// as read: nnx does not use them and writes them back.
-    #[serde(flatten)]
+    /// as read (within a bound): nnx does not use them and writes them back.
+    #[serde(flatten, skip_deserializing)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
+
+super::extra::keeps_extra!(Gpt2Config);
 
 fn default_epsilon() -> f32 {
     1e-5
@@ -76,7 +79,10 @@ impl Gpt2Config {
             self.n_layer,
             &[&[4, width, width], &[2, width, inner], &[10, width], &[1, inner]],
             &[&[self.vocab_size, width], &[self.n_positions, width], &[2, width]],
-        )
+        )?;
+        // Caches and position rows are sized from it.
+        checks.at_most("n_positions", self.n_positions, super::decoder::MAX_CONTEXT)?;
+        checks.finite_non_negative("layer_norm_epsilon", self.layer_norm_epsilon)
     }
 
     /// The MLP width.

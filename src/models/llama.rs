@@ -19,6 +19,7 @@ use crate::{Compute, DType, Device, Host, Module, Tensor};
 /// The fields nnx does not use are kept in [`extra`](LlamaConfig::extra), so a configuration
 /// read and written again ([`crate::Pretrained::save_pretrained`]) loses none of them.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(remote = "Self")]
 pub struct LlamaConfig {
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -52,21 +53,66 @@ pub struct LlamaConfig {
     /// Rotary settings (newer configs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_parameters: Option<RopeParameters>,
-    /// Every other field of the file (`model_type`, `hidden_act`, token ids, ...), as read:
-    /// nnx does not use them and writes them back.
-    #[serde(flatten)]
+    /// Rotary scaling (older configs; newer ones put it in `rope_parameters`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeParameters>,
+    /// Every other field of the file (`model_type`, `hidden_act`, token ids, ...), as read
+    /// (within a bound): nnx does not use them and writes them back.
+    #[serde(flatten, skip_deserializing)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The `rope_parameters` object of newer configs.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+super::extra::keeps_extra!(LlamaConfig);
+
+/// The `rope_parameters` object of newer configs, and the `rope_scaling` object of older ones:
+/// the rotary base and how the frequencies are scaled.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(remote = "Self")]
 pub struct RopeParameters {
     /// Rotary base.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_theta: Option<f32>,
-    /// Every other field of the object (`rope_type`, scaling factors, ...), as read.
-    #[serde(flatten)]
+    /// The scaling: `default`, `linear`, `llama3`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_type: Option<String>,
+    /// The scaling under its older name (`type`).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The factor the context is stretched by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<f64>,
+    /// Llama 3: below this many wavelengths per original context, frequencies are divided by
+    /// `factor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_freq_factor: Option<f64>,
+    /// Llama 3: above this many, they are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub high_freq_factor: Option<f64>,
+    /// Llama 3: the context the model was first trained for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_max_position_embeddings: Option<usize>,
+    /// Every other field of the object, as read (within a bound).
+    #[serde(flatten, skip_deserializing)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+super::extra::keeps_extra!(RopeParameters);
+
+impl RopeParameters {
+    /// The scaling's name: `rope_type`, else the older `type`.
+    pub fn scaling(&self) -> Option<&str> {
+        self.rope_type.as_deref().or(self.kind.as_deref())
+    }
+
+    /// Linear scaling by `factor`, as llama.cpp's hyperparameters give it.
+    pub(crate) fn linear(theta: Option<f32>, factor: f32) -> RopeParameters {
+        RopeParameters {
+            rope_theta: theta,
+            rope_type: Some("linear".into()),
+            factor: Some(f64::from(factor)),
+            ..RopeParameters::default()
+        }
+    }
 }
 
 fn default_epsilon() -> f32 {
@@ -93,6 +139,7 @@ impl LlamaConfig {
     /// [`crate::Error::ConfigField`] naming the first field at fault.
     pub fn check(&self, path: &Path) -> crate::Result<()> {
         let checks = super::Checks::new(path);
+        let thetas = [("rope_theta", self.theta())];
         super::decoder::Shape {
             hidden: self.hidden_size,
             inner: self.intermediate_size,
@@ -102,12 +149,41 @@ impl LlamaConfig {
             head_dim: self.head_dim,
             vocab: self.vocab_size,
             vectors: 2,
+            context: self.max_position_embeddings,
+            eps: self.rms_norm_eps,
+            thetas: &thetas,
         }
         .check(&checks)?;
-        if let Some(context) = self.max_position_embeddings {
-            checks.positive("max_position_embeddings", context)?;
+        self.check_rope_scaling(&checks)
+    }
+
+    /// The rope scaling's numbers: a finite positive `factor`, and for Llama 3's scaling
+    /// finite positive frequency factors, the high one above the low one (the smoothing
+    /// divides by their difference), and a positive original context.
+    fn check_rope_scaling(&self, checks: &super::Checks<'_>) -> crate::Result<()> {
+        let Some((field, settings)) = self.rope_scaling() else { return Ok(()) };
+        match settings.scaling() {
+            Some("linear") => checks.finite_positive(&format!("{field}.factor"), settings.factor.unwrap_or(1.0)),
+            Some("llama3") => {
+                let (low, high) = (settings.low_freq_factor.unwrap_or(1.0), settings.high_freq_factor.unwrap_or(4.0));
+                checks.finite_positive(&format!("{field}.factor"), settings.factor.unwrap_or(8.0))?;
+                checks.finite_positive(&format!("{field}.low_freq_factor"), low)?;
+                checks.finite_positive(&format!("{field}.high_freq_factor"), high)?;
+                if high <= low {
+                    return Err(crate::Error::ConfigNumber {
+                        path: checks.path().to_path_buf(),
+                        field: format!("{field}.high_freq_factor"),
+                        found: high,
+                        expected: "above `low_freq_factor`",
+                    });
+                }
+                checks.positive(
+                    &format!("{field}.original_max_position_embeddings"),
+                    settings.original_max_position_embeddings.unwrap_or(8192),
+                )
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// Width of one head.
@@ -125,27 +201,28 @@ impl LlamaConfig {
     /// writes the same numbers to a GGUF file as `rope_freqs.weight`.
     pub fn rope_factors(&self) -> Vec<f32> {
         let pairs = self.head_dim() / 2;
-        let number = |key: &str| self.rope_setting(key).and_then(serde_json::Value::as_f64);
-        match self.rope_setting("rope_type").or_else(|| self.rope_setting("type")).and_then(|kind| kind.as_str()) {
+        let Some((_, settings)) = self.rope_scaling() else { return vec![1.0; pairs] };
+        match settings.scaling() {
             Some("llama3") => nnx_core::llama3_rope_factors(
                 self.head_dim(),
                 self.theta(),
-                number("factor").unwrap_or(8.0) as f32,
-                number("low_freq_factor").unwrap_or(1.0) as f32,
-                number("high_freq_factor").unwrap_or(4.0) as f32,
-                number("original_max_position_embeddings").unwrap_or(8192.0) as usize,
+                settings.factor.unwrap_or(8.0) as f32,
+                settings.low_freq_factor.unwrap_or(1.0) as f32,
+                settings.high_freq_factor.unwrap_or(4.0) as f32,
+                settings.original_max_position_embeddings.unwrap_or(8192),
             ),
-            Some("linear") => vec![number("factor").unwrap_or(1.0) as f32; pairs],
+            Some("linear") => vec![settings.factor.unwrap_or(1.0) as f32; pairs],
             _ => vec![1.0; pairs],
         }
     }
 
-    /// A rope setting from `rope_parameters` (newer configs) or `rope_scaling` (older ones).
-    fn rope_setting(&self, key: &str) -> Option<&serde_json::Value> {
-        self.rope_parameters
-            .as_ref()
-            .and_then(|rope| rope.extra.get(key))
-            .or_else(|| self.extra.get("rope_scaling").and_then(|scaling| scaling.get(key)))
+    /// The rope settings that scale, with the field they are in: `rope_parameters` (newer
+    /// configs) when it names a scaling, else `rope_scaling` (older ones).
+    fn rope_scaling(&self) -> Option<(&'static str, &RopeParameters)> {
+        match &self.rope_parameters {
+            Some(rope) if rope.scaling().is_some() => Some(("rope_parameters", rope)),
+            _ => self.rope_scaling.as_ref().map(|scaling| ("rope_scaling", scaling)),
+        }
     }
 
     /// The configuration llama.cpp's hyperparameters describe (`general.architecture`
@@ -154,10 +231,20 @@ impl LlamaConfig {
     /// rope scaling is not in the metadata: the file's `rope_freqs.weight` holds it.
     ///
     /// # Errors
-    /// [`crate::Error::NoEntry`] naming a missing key, [`crate::Error::ConfigField`] naming the
-    /// first value that cannot make a model.
+    /// [`crate::Error::NoEntry`] naming a missing key, [`crate::Error::Config`] for a key of
+    /// the wrong type, [`crate::Error::ConfigField`] naming the first value that cannot make a
+    /// model.
     pub fn from_gguf(metadata: &crate::gguf::Metadata, tied: bool) -> crate::Result<LlamaConfig> {
-        let keys = super::decoder::GgufKeys::new(metadata, &["llama"], "`LlamaConfig::from_gguf`")?;
+        LlamaConfig::from_gguf_at(metadata, tied, &super::decoder::GgufKeys::origin())
+    }
+
+    /// [`LlamaConfig::from_gguf`] with errors naming `origin`, the file.
+    pub(crate) fn from_gguf_at(
+        metadata: &crate::gguf::Metadata,
+        tied: bool,
+        origin: &Path,
+    ) -> crate::Result<LlamaConfig> {
+        let keys = super::decoder::GgufKeys::new(metadata, &["llama"], "`LlamaConfig::from_gguf`", origin)?;
         let heads = keys.required_size("attention.head_count")?;
         let mut extra = serde_json::Map::new();
         extra.insert("model_type".into(), "llama".into());
@@ -167,16 +254,17 @@ impl LlamaConfig {
             intermediate_size: keys.required_size("feed_forward_length")?,
             num_hidden_layers: keys.required_size("block_count")?,
             num_attention_heads: heads,
-            num_key_value_heads: Some(keys.size("attention.head_count_kv").unwrap_or(heads)),
-            head_dim: keys.size("attention.key_length"),
-            max_position_embeddings: keys.size("context_length"),
-            rms_norm_eps: keys.number("attention.layer_norm_rms_epsilon").unwrap_or(1e-5),
+            num_key_value_heads: Some(keys.size("attention.head_count_kv")?.unwrap_or(heads)),
+            head_dim: keys.size("attention.key_length")?,
+            max_position_embeddings: keys.size("context_length")?,
+            rms_norm_eps: keys.number("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
             tie_word_embeddings: tied,
-            rope_theta: Some(keys.number("rope.freq_base").unwrap_or(10_000.0)),
+            rope_theta: Some(keys.number("rope.freq_base")?.unwrap_or(10_000.0)),
             rope_parameters: None,
+            rope_scaling: None,
             extra,
         };
-        config.check(&super::decoder::GgufKeys::origin())?;
+        config.check(keys.path())?;
         Ok(config)
     }
 

@@ -334,6 +334,7 @@ impl Files {
                     ),
                 });
             }
+            let adapter = super::lora::in_files_layout(adapter, &self.path);
             self.archive = adapter.scaled(*scale).merge_archive(&self.archive)?;
         }
         Ok(self)
@@ -435,9 +436,9 @@ macro_rules! loader {
             fn $folder(&self, target: &$target) -> Result<LoadedModel<$device>> {
                 let dir = &self.path;
                 let config_path = dir.join("config.json");
-                let value: serde_json::Value = super::read_config(&config_path, |_, _| Ok(()))?;
-                let model_type = value.get("model_type").and_then(|kind| kind.as_str()).unwrap_or_default().to_string();
-                let kind = self.folder_kind(&value)?;
+                let probe: FolderConfig = super::read_config(&config_path, |_, _| Ok(()))?;
+                let model_type = probe.model_type.clone().unwrap_or_default();
+                let kind = self.folder_kind(&probe)?;
                 let archive = &self.archive;
                 let family = Family::from_config(&config_path, &model_type, kind.dtype())?;
                 let architecture = family.name(&model_type);
@@ -567,13 +568,12 @@ impl Files {
 
     /// Dense in the dtype of the embedding, or MLX affine when `config.json` says
     /// `quantization`.
-    fn folder_kind(&self, config: &serde_json::Value) -> Result<Kind> {
+    fn folder_kind(&self, config: &FolderConfig) -> Result<Kind> {
         if self.archive.names().any(|name| name.ends_with(".seeds")) {
             return Ok(Kind::Seed);
         }
-        if let Some(quantization) = config.get("quantization") {
-            let number = |key: &str| quantization.get(key).and_then(serde_json::Value::as_u64);
-            let (Some(bits), Some(group)) = (number("bits"), number("group_size")) else {
+        if let Some(quantization) = &config.quantization {
+            let (Some(bits), Some(group)) = (quantization.bits, quantization.group_size) else {
                 return Err(super::decoder::unusable(
                     &self.path.join("config.json"),
                     "`quantization` needs integer `bits` and `group_size`, as mlx-lm writes them".into(),
@@ -591,6 +591,27 @@ impl Files {
             .unwrap_or(DType::F32);
         Ok(Kind::Dense(dtype))
     }
+}
+
+/// What the loader reads of a folder's `config.json` before the family's own configuration: the
+/// family, and MLX's quantization. Typed, so that the other fields are skipped as they are read
+/// rather than built into values.
+#[derive(serde::Deserialize)]
+struct FolderConfig {
+    #[serde(default)]
+    model_type: Option<String>,
+    #[serde(default)]
+    quantization: Option<Quantization>,
+}
+
+/// The model-wide settings of MLX's `quantization` (per-module overrides are read with the
+/// weights).
+#[derive(serde::Deserialize)]
+struct Quantization {
+    #[serde(default)]
+    bits: Option<u64>,
+    #[serde(default)]
+    group_size: Option<u64>,
 }
 
 impl Kind {
@@ -707,10 +728,10 @@ pub fn import_plan(source: &str, architecture: Option<&str>) -> Result<(String, 
         return Ok((architecture, plan));
     }
     let config_path = files.path.join("config.json");
-    let value: serde_json::Value = super::read_config(&config_path, |_, _| Ok(()))?;
-    let model_type = value.get("model_type").and_then(|kind| kind.as_str()).unwrap_or_default();
+    let probe: FolderConfig = super::read_config(&config_path, |_, _| Ok(()))?;
+    let model_type = probe.model_type.as_deref().unwrap_or_default();
     let architecture = architecture.unwrap_or(model_type).to_string();
-    let kind = files.folder_kind(&value)?;
+    let kind = files.folder_kind(&probe)?;
     let family = Family::from_config(&config_path, &architecture, kind.dtype())?;
     let plan = each_decoder!(family, |dense| files.plan_folder(
         dense,
@@ -727,7 +748,7 @@ pub fn import_plan(source: &str, architecture: Option<&str>) -> Result<(String, 
 /// (the GGUF keys or `config.json`) before a byte of weights is read: the loader packs or
 /// quantizes it as the files store it, the import plan reports on it, and both name the
 /// families alike.
-enum Family {
+pub(super) enum Family {
     Llama(Llama),
     Qwen(Qwen),
     Gemma3(Gemma3),
@@ -738,23 +759,38 @@ enum Family {
 impl Family {
     /// The decoder `architecture` (`general.architecture`, or the caller's) describes in
     /// `metadata`, in f32, tied when the file has no `output.weight`.
+    ///
+    /// The hyperparameters are checked against the file's tensors first
+    /// ([`GgufKeys::check_tensors`](super::decoder::GgufKeys::check_tensors)), so that nothing
+    /// is sized from a value the tensors do not bear out.
     fn from_gguf(files: &Files, metadata: &crate::gguf::Metadata, architecture: &str) -> Result<Family> {
         let archive = &files.archive;
         let tied = !archive.contains("output.weight");
+        let path = files.path.as_path();
+        let decoders = ["llama", "qwen2", "qwen3", "gemma3"];
+        if let Some(own) = metadata.architecture().filter(|own| decoders.contains(own)) {
+            let keys = super::decoder::GgufKeys::new(metadata, &[own], "nnx", path)?;
+            keys.check_tensors(archive.names(), |name| {
+                archive.entry_spec(name).ok().flatten().map(|(_, shape)| shape)
+            })?;
+        }
         Ok(match architecture {
             "llama" | "mistral" => {
-                let mut dense = Llama::new(&LlamaConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta);
+                let mut dense =
+                    Llama::new(&LlamaConfig::from_gguf_at(metadata, tied, path)?, DType::F32, crate::nn::Init::Meta);
                 // Llama 3's rope scaling is in the file only as `rope_freqs.weight`.
                 if let Some((_, shape)) = archive.entry_spec("rope_freqs.weight")? {
                     dense.rope_freqs = Some(Tensor::meta(DType::F32, &shape));
                 }
                 Family::Llama(dense)
             }
-            "qwen2" | "qwen3" => {
-                Family::Qwen(Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, crate::nn::Init::Meta))
-            }
+            "qwen2" | "qwen3" => Family::Qwen(Qwen::new(
+                &QwenConfig::from_gguf_at(metadata, tied, path)?,
+                DType::F32,
+                crate::nn::Init::Meta,
+            )),
             "gemma3" => Family::Gemma3(Gemma3::new(
-                &Gemma3Config::from_gguf(metadata, tied)?,
+                &Gemma3Config::from_gguf_at(metadata, tied, path)?,
                 DType::F32,
                 crate::nn::Init::Meta,
             )),
@@ -764,7 +800,7 @@ impl Family {
 
     /// The model `model_type` (`config.json`'s, or the caller's) names, built from
     /// `config_path` in `dtype`.
-    fn from_config(config_path: &Path, model_type: &str, dtype: DType) -> Result<Family> {
+    pub(super) fn from_config(config_path: &Path, model_type: &str, dtype: DType) -> Result<Family> {
         let meta = crate::nn::Init::Meta;
         Ok(match model_type {
             "llama" | "mistral" => Family::Llama(Llama::new(&LlamaConfig::from_file(config_path)?, dtype, meta)),
@@ -778,6 +814,18 @@ impl Family {
             }
             other => return Err(unknown_architecture(config_path, "`model_type`", other)),
         })
+    }
+
+    /// `adapter` in the layout the model's files store its weights in
+    /// ([`crate::adapter::Adapter::in_model_layout`]).
+    pub(super) fn adapter_layout(&self, adapter: &crate::adapter::Adapter) -> crate::adapter::Adapter {
+        match self {
+            Family::Llama(dense) => adapter.in_model_layout(dense),
+            Family::Qwen(dense) => adapter.in_model_layout(dense),
+            Family::Gemma3(dense) => adapter.in_model_layout(dense),
+            Family::Gpt2(dense) => adapter.in_model_layout(dense),
+            Family::Bert(dense) => adapter.in_model_layout(dense),
+        }
     }
 
     /// The plan of importing the files into the dense model as it is.

@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 use super::{Project, Weights};
@@ -59,6 +60,9 @@ impl Switches {
 #[derive(Clone, Debug)]
 struct Factors {
     adapter: usize,
+    /// Where the adapter was read from and the module the factors are, for errors.
+    path: Arc<Path>,
+    module: String,
     /// `A`, F32 `[r, in]`.
     a: Tensor,
     /// `B`, F32 `[out, r]`.
@@ -105,6 +109,19 @@ impl<L: Project<Host>> Project<Host> for LoraLinear<L> {
             if strength == 0.0 {
                 continue;
             }
+            // A layer kept in ggml blocks shows the adapter its rows only: the width of `A` is
+            // first met here, and named before any product.
+            let width = factors.a.shape()[1];
+            if x.shape().last() != Some(&width) {
+                return Err(crate::Error::Adapter {
+                    path: factors.path.to_path_buf(),
+                    entry: format!("{}.weight", factors.module),
+                    problem: format!(
+                        "has `A` for inputs of width {width}, but the layer takes inputs of shape {:?}: the adapter belongs to another model",
+                        x.shape()
+                    ),
+                });
+            }
             let low = Compute::linear(x, &factors.a, None)?;
             let delta = Compute::linear(&low, &factors.b, factors.bias.as_ref())?;
             y = y.add(&delta.scale(strength)?)?;
@@ -138,9 +155,11 @@ impl LoraLayers {
     ) -> crate::Result<LoraLayers> {
         let mut by_layer: HashMap<String, Vec<Factors>> = HashMap::new();
         for (index, adapter) in adapters.iter().enumerate() {
-            for Attachment { target, a, b, scale, bias } in adapter.attachments(model, stored_rope_rows)? {
+            let path: Arc<Path> = Arc::from(adapter.path.as_path());
+            for Attachment { target, module, a, b, scale, bias } in adapter.attachments(model, stored_rope_rows)? {
                 let layer = target.strip_suffix(".weight").unwrap_or(&target).to_string();
-                by_layer.entry(layer).or_default().push(Factors { adapter: index, a, b, scale, bias });
+                let factors = Factors { adapter: index, path: path.clone(), module, a, b, scale, bias };
+                by_layer.entry(layer).or_default().push(factors);
             }
         }
         Ok(LoraLayers { by_layer, switches: Switches(Arc::new(RwLock::new(vec![1.0; adapters.len()]))) })
@@ -158,5 +177,31 @@ impl LoraLayers {
     /// The multipliers every wrapped layer reads.
     pub fn switches(&self) -> Switches {
         self.switches.clone()
+    }
+}
+
+/// `adapter` in the layout the model files at `path` (a folder, or a weights file beside its
+/// `config.json`) store their weights in, for [`Adapter::merge_archive`]: an MLX-LM adapter's
+/// factors are in the model's `[out, in]` layout, and a checkpoint can store a weight
+/// transposed (GPT-2's `Conv1D`, `[in, out]`), as the model's import mapping records
+/// ([`Adapter::in_model_layout`]). Other adapters come back as they are, and so does any
+/// adapter for files without a `config.json` of a model nnx builds (nothing records their
+/// layout; the merge then checks each entry's shape as it is).
+pub fn in_files_layout(adapter: &Adapter, path: &Path) -> Adapter {
+    if adapter.format != crate::adapter::AdapterFormat::Mlx {
+        return adapter.clone();
+    }
+    let folder = if path.is_dir() { path } else { path.parent().unwrap_or(path) };
+    let config_path = folder.join("config.json");
+    if !config_path.is_file() {
+        return adapter.clone();
+    }
+    let Ok(value) = super::read_config::<serde_json::Value>(&config_path, |_, _| Ok(())) else {
+        return adapter.clone();
+    };
+    let model_type = value.get("model_type").and_then(serde_json::Value::as_str).unwrap_or_default();
+    match super::load::Family::from_config(&config_path, model_type, crate::DType::F32) {
+        Ok(family) => family.adapter_layout(adapter),
+        Err(_) => adapter.clone(),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod bert;
 mod decoder;
+mod extra;
 pub mod gemma3;
 pub mod gguf;
 pub mod gpt2;
@@ -279,6 +280,11 @@ impl<'a> Checks<'a> {
         Checks { path }
     }
 
+    /// The file the checks name.
+    pub(crate) fn path(&self) -> &'a Path {
+        self.path
+    }
+
     fn fail(&self, field: &str, found: usize, rule: crate::error::ConfigRule) -> crate::Error {
         crate::Error::ConfigField { path: self.path.to_path_buf(), field: field.to_string(), found: found as u64, rule }
     }
@@ -313,6 +319,30 @@ impl<'a> Checks<'a> {
         } else {
             Err(self.fail(field, value, crate::error::ConfigRule::Even { reason }))
         }
+    }
+
+    /// `value` is a finite number above 0 (a rotary base, a scaling factor).
+    pub(crate) fn finite_positive(&self, field: &str, value: impl Into<f64>) -> crate::Result<()> {
+        let value = value.into();
+        if value > 0.0 && value.is_finite() {
+            Ok(())
+        } else {
+            Err(self.number(field, value, "a finite number above 0"))
+        }
+    }
+
+    /// `value` is a finite number of at least 0 (an epsilon).
+    pub(crate) fn finite_non_negative(&self, field: &str, value: impl Into<f64>) -> crate::Result<()> {
+        let value = value.into();
+        if value >= 0.0 && value.is_finite() {
+            Ok(())
+        } else {
+            Err(self.number(field, value, "a finite number of at least 0"))
+        }
+    }
+
+    fn number(&self, field: &str, found: f64, expected: &'static str) -> crate::Error {
+        crate::Error::ConfigNumber { path: self.path.to_path_buf(), field: field.to_string(), found, expected }
     }
 
     /// The weights hold `layers` times the products of `per_layer`, plus the products of

@@ -21,6 +21,7 @@ use crate::{Compute, DType, Device, Host, Module, Tensor};
 /// The fields nnx does not use are kept in [`extra`](QwenConfig::extra), so a configuration
 /// read and written again loses none of them.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(remote = "Self")]
 pub struct QwenConfig {
     /// `qwen2` or `qwen3`: Qwen3 normalizes queries and keys per head and has a bias on its
     /// projections only when [`attention_bias`](QwenConfig::attention_bias) says.
@@ -75,11 +76,16 @@ pub struct QwenConfig {
     /// `sliding_attention` or `full_attention`, one per layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer_types: Option<Vec<String>>,
-    /// Every other field of the file (`hidden_act`, token ids, `rope_scaling`, ...), as read:
-    /// nnx does not use them and writes them back.
-    #[serde(flatten)]
+    /// Rotary scaling (older configs; newer ones put it in `rope_parameters`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeParameters>,
+    /// Every other field of the file (`hidden_act`, token ids, ...), as read (within a
+    /// bound): nnx does not use them and writes them back.
+    #[serde(flatten, skip_deserializing)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
+
+super::extra::keeps_extra!(QwenConfig);
 
 fn default_epsilon() -> f32 {
     1e-6
@@ -108,16 +114,15 @@ impl QwenConfig {
     /// [`crate::Error::NoEntry`] naming a key that is missing, [`crate::Error::Config`] for
     /// another architecture or rope scaling, and the errors of [`QwenConfig::check`].
     pub fn from_gguf(metadata: &Metadata, tied: bool) -> crate::Result<QwenConfig> {
-        let keys = GgufKeys::new(metadata, &["qwen2", "qwen3"], "`QwenConfig::from_gguf`")?;
+        QwenConfig::from_gguf_at(metadata, tied, &GgufKeys::origin())
+    }
+
+    /// [`QwenConfig::from_gguf`] with errors naming `origin`, the file.
+    pub(crate) fn from_gguf_at(metadata: &Metadata, tied: bool, origin: &Path) -> crate::Result<QwenConfig> {
+        let keys = GgufKeys::new(metadata, &["qwen2", "qwen3"], "`QwenConfig::from_gguf`", origin)?;
         let hidden_size = keys.required_size("embedding_length")?;
         let num_attention_heads = keys.required_size("attention.head_count")?;
-        let rope_parameters = keys.linear_rope_factor()?.map(|factor| RopeParameters {
-            rope_theta: None,
-            extra: serde_json::json!({"rope_type": "linear", "factor": factor})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-        });
+        let rope_parameters = keys.linear_rope_factor()?.map(|factor| RopeParameters::linear(None, factor));
         let config = QwenConfig {
             model_type: keys.arch().to_string(),
             vocab_size: keys.vocab_size()?,
@@ -125,21 +130,22 @@ impl QwenConfig {
             intermediate_size: keys.required_size("feed_forward_length")?,
             num_hidden_layers: keys.required_size("block_count")?,
             num_attention_heads,
-            num_key_value_heads: keys.size("attention.head_count_kv"),
-            head_dim: keys.size("attention.key_length"),
-            max_position_embeddings: keys.size("context_length"),
+            num_key_value_heads: keys.size("attention.head_count_kv")?,
+            head_dim: keys.size("attention.key_length")?,
+            max_position_embeddings: keys.size("context_length")?,
             rms_norm_eps: keys.required_number("attention.layer_norm_rms_epsilon")?,
             tie_word_embeddings: tied,
             attention_bias: None,
-            rope_theta: keys.number("rope.freq_base"),
+            rope_theta: keys.number("rope.freq_base")?,
             rope_parameters,
             use_sliding_window: false,
             sliding_window: None,
             max_window_layers: None,
             layer_types: None,
+            rope_scaling: None,
             extra: serde_json::Map::new(),
         };
-        config.check(&GgufKeys::origin())?;
+        config.check(keys.path())?;
         Ok(config)
     }
 
@@ -170,11 +176,11 @@ impl QwenConfig {
             head_dim: self.head_dim,
             vocab: self.vocab_size,
             vectors: 6,
+            context: self.max_position_embeddings,
+            eps: self.rms_norm_eps,
+            thetas: &[("rope_theta", self.theta())],
         }
         .check(&checks)?;
-        if let Some(context) = self.max_position_embeddings {
-            checks.positive("max_position_embeddings", context)?;
-        }
         if let Some(types) = &self.layer_types {
             check_layer_types(types, self.num_hidden_layers, path)?;
         }
@@ -224,9 +230,9 @@ impl QwenConfig {
 
     fn rope_factor_at(&self, path: &Path) -> crate::Result<Option<f32>> {
         if let Some(rope) = &self.rope_parameters {
-            return linear_rope_factor(&rope.extra, "rope_parameters", path);
+            return linear_rope_factor(rope, "rope_parameters", path);
         }
-        match self.extra.get("rope_scaling").and_then(|scaling| scaling.as_object()) {
+        match &self.rope_scaling {
             Some(scaling) => linear_rope_factor(scaling, "rope_scaling", path),
             None => Ok(None),
         }
@@ -588,7 +594,7 @@ mod tests {
     fn checks_refuse_what_cannot_make_a_model() {
         let path = Path::new("config.json");
         let mut bad = config("qwen3");
-        bad.rope_parameters.as_mut().unwrap().extra.insert("rope_type".into(), "yarn".into());
+        bad.rope_parameters.as_mut().unwrap().rope_type = Some("yarn".into());
         assert!(matches!(bad.check(path), Err(crate::Error::Config { .. })));
         let mut bad = config("qwen3");
         bad.layer_types = Some(vec![FULL.into()]);

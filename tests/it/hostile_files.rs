@@ -33,7 +33,7 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 
 /// A SafeTensors file of one F32 entry `name` holding `[1.0]`, with `header_extra` (a JSON
 /// member and a comma, or nothing) before it in the header.
-fn safetensors(header_extra: &str, name: &str) -> Vec<u8> {
+pub(crate) fn safetensors(header_extra: &str, name: &str) -> Vec<u8> {
     let header = format!(r#"{{{header_extra}"{name}":{{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}}}"#);
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
     bytes.extend_from_slice(header.as_bytes());
@@ -54,7 +54,7 @@ fn crc32(bytes: &[u8]) -> u32 {
 }
 
 /// A zip of `records` stored uncompressed, as `torch.save` writes them.
-fn stored_zip(records: &[(&str, &[u8])]) -> Vec<u8> {
+pub(crate) fn stored_zip(records: &[(&str, &[u8])]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut directory = Vec::new();
     for (name, data) in records {
@@ -90,7 +90,7 @@ fn stored_zip(records: &[(&str, &[u8])]) -> Vec<u8> {
 }
 
 /// `BINUNICODE`: a string of any length.
-fn string(text: &str) -> Vec<u8> {
+pub(crate) fn string(text: &str) -> Vec<u8> {
     let mut bytes = vec![b'X'];
     bytes.extend_from_slice(&(text.len() as u32).to_le_bytes());
     bytes.extend_from_slice(text.as_bytes());
@@ -99,7 +99,7 @@ fn string(text: &str) -> Vec<u8> {
 
 /// A `torch.save` zip whose one tensor `w` views a storage of one F32 element with shape
 /// `[2^33]` and stride 0: 632 bytes that describe 32 GiB.
-fn stride_zero_checkpoint() -> Vec<u8> {
+pub(crate) fn stride_zero_checkpoint() -> Vec<u8> {
     let mut pickle = b"\x80\x02}".to_vec();
     pickle.extend(string("w"));
     pickle.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n(");

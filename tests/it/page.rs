@@ -652,3 +652,46 @@ fn page_tree_map_and_quantization_map_match_their_screenshots() {
         assert!(share < 0.03, "{view}: {:.1}% of the pixels differ from {}", share * 100.0, reference.display());
     }
 }
+
+#[test]
+fn page_of_hostile_names_draws_every_view() {
+    let Some(browser) = chromium() else { return };
+    let dir = scratch();
+    // A block index of 2^31 - 1 and one of `usize::MAX` (the map draws only the blocks it has),
+    // and a name of 100,000 parts (the tree folds what lies past its depth into one group).
+    let deep = vec!["a"; 100_000].join(".");
+    let mut names = vec![
+        "model.layers.0.mlp.up_proj.weight".to_string(),
+        "model.layers.2147483647.mlp.up_proj.weight".to_string(),
+        format!("model.layers.{}.mlp.down_proj.weight", usize::MAX),
+        deep,
+    ];
+    let mut header = serde_json::Map::new();
+    for (at, name) in names.iter().enumerate() {
+        header.insert(
+            name.clone(),
+            serde_json::json!({ "dtype": "F32", "shape": [1], "data_offsets": [at * 4, at * 4 + 4] }),
+        );
+    }
+    let header = Value::Object(header).to_string();
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend((0..names.len()).flat_map(|at| (at as f32).to_le_bytes()));
+    let path = dir.path().join("names.safetensors");
+    std::fs::write(&path, bytes).unwrap();
+    let html = page(&path, dir.path(), "names", &["--stats"]);
+    for view in ["summary", "tree", "treemap", "quant", "stats", "meta"] {
+        let seen = visit(&browser, &url(&html, &format!("view={view}&expand=all")), None);
+        assert_clean(&seen, &format!("hostile names {view}"));
+        assert!(seen.dom.contains(&format!(r#"data-view="{view}""#)), "{view} is not shown");
+        if view == "tree" {
+            let mut shown = leaf_names(&seen.dom);
+            shown.sort();
+            names.sort();
+            assert_eq!(shown, names, "the tree's tensors");
+        }
+        if view == "quant" {
+            assert!(seen.dom.contains("Quantization map: 3 layers"), "the map draws the three blocks it has");
+        }
+    }
+}

@@ -393,23 +393,37 @@
   }
 
   // Groups are found by their dotted path: one lookup per tensor in the common case (its
-  // parent exists), creating missing ancestors on the way. No per-name split, no per-node Map.
+  // parent exists), creating missing ancestors on the way, in a loop (a name may have 100,000
+  // parts). No per-node Map. Past MAX_DEPTH levels the rest of a path is one group, so that
+  // every walk of the tree stays shallow and rows stay narrow whatever a name holds.
+  const MAX_DEPTH = 32;
   function hierarchy() {
     if (HIER) return HIER;
     const root = new TreeNode('', null, '', false);
     const groups = [root], leaves = [], byPath = new Map();
 
     function groupFor(path) {
-      let g = byPath.get(path);
+      const g = byPath.get(path);
       if (g) return g;
-      const dot = path.lastIndexOf('.');
-      const parent = dot < 0 ? root : groupFor(path.slice(0, dot));
-      g = new TreeNode(dot < 0 ? path : path.slice(dot + 1), parent, path, false);
-      g.isBlock = g.isNum;
-      parent.kids.push(g);
-      byPath.set(path, g);
-      groups.push(g);
-      return g;
+      // The ends of the group's ancestors: its first MAX_DEPTH - 1 dots, then the whole path.
+      const ends = [];
+      for (let at = path.indexOf('.'); at >= 0 && ends.length < MAX_DEPTH - 1; at = path.indexOf('.', at + 1)) ends.push(at);
+      ends.push(path.length);
+      let parent = root, start = 0;
+      for (const end of ends) {
+        const prefix = path.slice(0, end);
+        let node = byPath.get(prefix);
+        if (!node) {
+          node = new TreeNode(path.slice(start, end), parent, prefix, false);
+          node.isBlock = node.isNum;
+          parent.kids.push(node);
+          byPath.set(prefix, node);
+          groups.push(node);
+        }
+        parent = node;
+        start = end + 1;
+      }
+      return parent;
     }
 
     for (const t of TENSORS) {
@@ -458,12 +472,21 @@
   // rectangles that get drawn need it) and cached, children before parents.
   function typesOf(node) {
     if (node.sortedTypes) return node.sortedTypes;
-    if (node.t) return (node.sortedTypes = [[node.t.type, node.bytes]]);
-    const sum = new Map();
-    for (const k of node.kids) {
-      for (const [type, b] of typesOf(k)) sum.set(type, (sum.get(type) || 0) + b);
+    // Children first, from a stack rather than by recursion.
+    const stack = [node];
+    while (stack.length) {
+      const n = stack[stack.length - 1];
+      if (n.sortedTypes) { stack.pop(); continue; }
+      if (n.t) { n.sortedTypes = [[n.t.type, n.bytes]]; stack.pop(); continue; }
+      const pending = n.kids.filter((k) => !k.sortedTypes);
+      if (pending.length) { stack.push(...pending); continue; }
+      const sum = new Map();
+      for (const k of n.kids) {
+        for (const [type, b] of k.sortedTypes) sum.set(type, (sum.get(type) || 0) + b);
+      }
+      n.sortedTypes = sum.size ? [...sum].sort((a, b) => b[1] - a[1]) : [[null, 0]];
+      stack.pop();
     }
-    node.sortedTypes = sum.size ? [...sum].sort((a, b) => b[1] - a[1]) : [[null, 0]];
     return node.sortedTypes;
   }
 
@@ -718,13 +741,18 @@
     // Small trees put every row in the DOM (closed subtrees hidden, so every tensor is there);
     // big ones list only the rows under open groups. Rows are bare nodes: no per-row objects.
     function flatten(node, hidden, rows, hide) {
-      for (const k of node.kids) {
+      // Depth first with a stack of [children, next index, hidden] frames, not recursion.
+      const stack = [[node.kids, 0, hidden]];
+      while (stack.length) {
+        const top = stack[stack.length - 1];
+        if (top[1] >= top[0].length) { stack.pop(); continue; }
+        const k = top[0][top[1]++];
         if (!k.hit) continue;
         rows.push(k);
-        if (hide) hide.push(hidden);
+        if (hide) hide.push(top[2]);
         if (k.t) continue;
         const open = isOpen(k);
-        if (open || hide) flatten(k, hidden || !open, rows, hide);
+        if (open || hide) stack.push([k.kids, 0, top[2] || !open]);
       }
     }
 
@@ -1079,14 +1107,24 @@
 
   function buildQuant(root) {
     const qm = DATA.quant_map, roles = qm.roles, nCols = roles.length;
-    const nLayers = Math.max(0, qm.layers | 0);
+    // Rows are blocks 0 .. layers - 1 when that is a plausible count; a name may give a block
+    // index of billions, and then only the blocks that have cells get rows, in order.
+    const DENSE_LAYERS = 1 << 16;
+    const layerCount = Number(qm.layers) || 0;
+    let layerIds = null; // row -> block index, for sparse rows
+    if (!(layerCount <= DENSE_LAYERS)) {
+      layerIds = [...new Set(qm.cells.filter((c) => c.layer != null).map((c) => Number(c.layer)))].sort((a, b) => a - b);
+    }
+    const nLayers = layerIds ? layerIds.length : Math.max(0, layerCount);
+    const rowOf = layerIds ? new Map(layerIds.map((id, r) => [id, r])) : null;
     const OUT = nLayers; // grid row of the tensors outside blocks
     const col = new Map(roles.map((r, i) => [r, i]));
     const outside = qm.cells.some((c) => c.layer == null);
     const grid = new Array((nLayers + 1) * nCols);
     const present = new Map();
     for (const c of qm.cells) {
-      const ci = col.get(c.role), ri = c.layer == null ? OUT : c.layer;
+      const ci = col.get(c.role);
+      const ri = c.layer == null ? OUT : rowOf ? rowOf.get(Number(c.layer)) : c.layer;
       if (ci === undefined || !(ri >= 0 && ri <= nLayers)) continue;
       (grid[ri * nCols + ci] || (grid[ri * nCols + ci] = [])).push(c);
       if (!present.has(c.type)) present.set(c.type, c.bits_per_weight);
@@ -1133,7 +1171,7 @@
       return r < nLayers ? r : -1;
     }
 
-    const rowLabel = (r) => (r === OUT ? 'outside blocks' : 'layer ' + r);
+    const rowLabel = (r) => (r === OUT ? 'outside blocks' : 'layer ' + (layerIds ? layerIds[r] : r));
 
     // Label every row when there is room, else every 2nd/5th/10th/... layer.
     function labelStep() {

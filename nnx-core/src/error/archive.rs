@@ -185,6 +185,15 @@ pub enum ConfigProblem {
         /// What serializing gave, or the serializer's message.
         message: String,
     },
+    /// A GGUF metadata key whose value is not of the type its meaning needs.
+    WrongType {
+        /// The key (`llama.block_count`).
+        key: String,
+        /// What nnx reads it as (`an unsigned integer`).
+        expected: &'static str,
+        /// What the file holds, in a few words (`a string`).
+        found: String,
+    },
 }
 
 impl std::fmt::Display for ConfigProblem {
@@ -211,6 +220,10 @@ impl std::fmt::Display for ConfigProblem {
             ConfigProblem::NotSerializableObject { message } => write!(
                 f,
                 "the configuration does not serialize to a JSON object ({message}): make it a struct with named fields that derives `Serialize`"
+            ),
+            ConfigProblem::WrongType { key, expected, found } => write!(
+                f,
+                "`{key}` is {found}, but it must be {expected}: correct the key (llama.cpp's `gguf_set_metadata.py`) or convert the model again"
             ),
         }
     }
@@ -308,6 +321,13 @@ pub enum ConfigRule {
     },
     /// Small enough that the weights it implies can be addressed.
     Addressable,
+    /// The size the file's tensors hold.
+    Tensors {
+        /// The size the tensors hold.
+        holds: u64,
+        /// Which tensors, and how they say it (`` `blk.0.attn_q.weight` has 64 rows ``).
+        entry: String,
+    },
 }
 
 impl std::fmt::Display for ConfigRule {
@@ -322,6 +342,7 @@ impl std::fmt::Display for ConfigRule {
                 write!(f, "it must be one of {}", allowed.join(", "))
             }
             ConfigRule::Addressable => f.write_str("the weights it implies are too large to address"),
+            ConfigRule::Tensors { holds, entry } => write!(f, "the file's tensors say {holds} ({entry})"),
         }
     }
 }

@@ -642,6 +642,21 @@ pub enum Error {
         /// What the value must satisfy.
         rule: ConfigRule,
     },
+    /// A configuration number that cannot make a model: not finite, or outside the range its
+    /// meaning allows.
+    #[error(
+        "`{path}` is not a usable configuration: field `{field}` is {found}, but it must be {expected}; correct that field"
+    )]
+    ConfigNumber {
+        /// The configuration file (or the weights file whose metadata holds it).
+        path: PathBuf,
+        /// The field, as a JSON path (`rope_theta`, `rope_scaling.factor`).
+        field: String,
+        /// The value found.
+        found: f64,
+        /// What the value must be (`a finite number above 0`).
+        expected: &'static str,
+    },
     /// A quantized weight whose streams do not fit together.
     #[error("weight `{name}` in {origin}: {source}")]
     QuantizedWeight {

@@ -86,7 +86,9 @@ impl GgmlTensor {
     /// [`Error::GgmlUnsupported`] for a type nnx does not quantize to, and the errors of
     /// reading `tensor` as f32.
     pub fn quantize(tensor: &Tensor, ty: GgmlType) -> Result<GgmlTensor> {
-        let values = tensor.to_dtype(DType::F32)?.contiguous();
+        // Within the view's expansion limit: a view read from a file may repeat a few bytes
+        // into gigabytes.
+        let values = tensor.to_dtype(DType::F32)?.contiguous_within(tensor.expansion_limit())?;
         let values = values.as_slice::<f32>()?.unwrap_or_default();
         let bytes = packed_len(ty, tensor.shape())?;
         let mut out = vec![0u8; bytes];
@@ -101,9 +103,8 @@ impl GgmlTensor {
     /// # Errors
     /// [`Error::GgmlUnsupported`] for a type without a decoder.
     pub fn dequantize(&self) -> Result<Tensor> {
-        let bytes = self.data.contiguous();
-        let bytes = bytes.as_slice::<u8>()?.unwrap_or_default();
-        decode(self.ty, &self.shape, bytes)
+        let bytes = self.data.to_bytes()?;
+        decode(self.ty, &self.shape, &bytes)
     }
 
     /// The packed bytes.

@@ -184,18 +184,17 @@ fn write_file(
     tensors: &[&(String, GgmlTensor)],
     alignment: Option<u32>,
 ) -> Result<()> {
-    let mut metadata = metadata.clone();
-    metadata.remove("general.alignment");
-    if let Some(alignment) = alignment.filter(|&a| u64::from(a) != DEFAULT_ALIGNMENT) {
-        metadata.set("general.alignment", Value::U32(alignment));
-    }
+    // `general.alignment` is written from `alignment` alone, last, as `Metadata::set` would
+    // place it; the rest is written as it is, not copied (a vocabulary can be most of a file).
+    let aligned = alignment.filter(|&a| u64::from(a) != DEFAULT_ALIGNMENT).map(Value::U32);
+    let kept = || metadata.iter().filter(|(key, _)| *key != "general.alignment");
     let alignment = alignment.map_or(DEFAULT_ALIGNMENT, u64::from);
     let mut head = Vec::new();
     head.extend_from_slice(MAGIC);
     head.extend_from_slice(&VERSION.to_le_bytes());
     head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
-    head.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
-    for (key, value) in metadata.iter() {
+    head.extend_from_slice(&((kept().count() + usize::from(aligned.is_some())) as u64).to_le_bytes());
+    for (key, value) in kept().chain(aligned.as_ref().map(|value| ("general.alignment", value))) {
         put_string(&mut head, key);
         head.extend_from_slice(&value.value_type().id().to_le_bytes());
         put_value(&mut head, value);
