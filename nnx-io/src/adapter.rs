@@ -321,8 +321,11 @@ impl Adapter {
     /// model's own `[out, in]` layout whatever the checkpoint stores (mlx-lm turns GPT-2's
     /// `Conv1D` weights, stored `[in, out]`, when it loads them), so every module whose source
     /// weight the model's import mapping transposes gets `fan_in_fan_out`, as PEFT records it
-    /// for the same weights. PEFT and GGUF adapters are in their files' layout already and come
-    /// back as they are. [`Adapter::check`], [`Adapter::merge_into`] and
+    /// for the same weights. mlx-lm names every module under `model.` (GPT-2's `h.0.attn.c_attn`
+    /// is `model.h.0.attn.c_attn`), while a transformers checkpoint may keep another root
+    /// (`transformer.h.0.attn.c_attn`): a module whose weight the model does not read under its
+    /// own name takes the one source that ends with its name after `model.`. PEFT and GGUF
+    /// adapters are in their files' layout already and come back as they are. [`Adapter::check`], [`Adapter::merge_into`] and
     /// [`Adapter::attachments`] apply this themselves; [`Adapter::merge_archive`], which sees
     /// no model, needs it applied first.
     pub fn in_model_layout<M: Module + ?Sized>(&self, model: &M) -> Adapter {
@@ -338,7 +341,17 @@ impl Adapter {
             }
         });
         for module in &mut adapter.modules {
-            let source = format!("{}.weight", module.source);
+            let mut source = format!("{}.weight", module.source);
+            if !transposed.contains_key(&source)
+                && let Some(rest) = module.source.strip_prefix("model.")
+            {
+                let (whole, suffix) = (format!("{rest}.weight"), format!(".{rest}.weight"));
+                let mut found = transposed.keys().filter(|key| **key == whole || key.ends_with(&suffix));
+                if let (Some(only), None) = (found.next(), found.next()) {
+                    source = only.clone();
+                    module.source = only.trim_end_matches(".weight").to_string();
+                }
+            }
             module.fan_in_fan_out = module.kind == LoraKind::Projection && transposed.get(&source) == Some(&true);
         }
         adapter

@@ -358,6 +358,7 @@ impl<'a> GgufKeys<'a> {
     /// # Errors
     /// [`crate::Error::ConfigField`] naming the file, the key and what the tensors say; the
     /// errors of reading the keys.
+    #[cfg(feature = "text")]
     pub(crate) fn check_tensors<'n>(
         &self,
         names: impl Iterator<Item = &'n str>,

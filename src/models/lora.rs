@@ -187,6 +187,7 @@ impl LoraLayers {
 /// ([`Adapter::in_model_layout`]). Other adapters come back as they are, and so does any
 /// adapter for files without a `config.json` of a model nnx builds (nothing records their
 /// layout; the merge then checks each entry's shape as it is).
+#[cfg(feature = "text")]
 pub fn in_files_layout(adapter: &Adapter, path: &Path) -> Adapter {
     if adapter.format != crate::adapter::AdapterFormat::Mlx {
         return adapter.clone();

@@ -208,6 +208,43 @@ fn mlx_adapters_merge_as_mlx_lm_fuses_them() {
 }
 
 #[test]
+fn mlx_adapters_of_gpt2_merge_into_its_conv1d_weights() {
+    // mlx-lm turns GPT-2's `Conv1D` weights (stored `[in, out]`) to `[out, in]` when it loads
+    // them and names its modules under `model.`: the PEFT adapter's factors written as mlx-lm
+    // writes them (`lora_a` = A^T `[in, r]`, `lora_b` = B^T `[r, out]`, scale alpha / r) must
+    // merge into the stored checkpoint as PEFT's `fan_in_fan_out` merge does.
+    let name = "gpt2-conv1d";
+    let reference = expected(name);
+    let peft = Archive::open(case(name).join("adapter_model.safetensors")).unwrap();
+    let mut mlx = Archive::new();
+    for entry in peft.names() {
+        let stem = entry.strip_prefix("base_model.model.transformer.").unwrap();
+        let (module, factor) = stem.strip_suffix(".weight").unwrap().rsplit_once('.').unwrap();
+        let factor = if factor == "lora_A" { "lora_a" } else { "lora_b" };
+        let turned = peft.try_get(entry).unwrap().transpose(0, 1).unwrap().contiguous();
+        mlx.insert(format!("model.{module}.{factor}"), turned);
+    }
+    let dir = crate::util::scratch();
+    mlx.save(dir.path().join("adapters.safetensors")).unwrap();
+    let config = serde_json::json!({
+        "fine_tune_type": "lora",
+        "num_layers": 2,
+        "lora_parameters": {"rank": 4, "scale": 4.0, "dropout": 0.0, "keys": ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]},
+    });
+    std::fs::write(dir.path().join("adapter_config.json"), config.to_string()).unwrap();
+
+    let adapter = Adapter::open(dir.path()).unwrap();
+    assert_eq!(adapter.format, AdapterFormat::Mlx);
+    let mut model = gpt2();
+    let merged = adapter.merge_into(&mut model).unwrap();
+    assert!(merged.report.matched.iter().any(|name| name == "h.1.attn.v.weight"), "{:?}", merged.report.matched);
+    assert_merged_weights(&model, name, 2e-6);
+    let logits = model.forward(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&logits, &floats(&reference["logits_merged"]), name);
+    assert!(diff < 1e-4, "GPT-2 merged with the MLX adapter differs from PEFT's merge by {diff}");
+}
+
+#[test]
 fn gguf_adapters_merge_into_the_gguf_base_as_peft_merges_the_same_factors() {
     // llama.cpp's converter made this file from `llama-lora`'s PEFT adapter.
     let adapter = Adapter::open(case("gguf-lora").join("adapter.gguf")).unwrap();
