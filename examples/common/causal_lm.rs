@@ -110,9 +110,9 @@ fn settings(args: &Args, mut config: GenerationConfig) -> nnx::Result<Generation
     if let Some(max_new_tokens) = args.max_new_tokens {
         config.max_new_tokens = max_new_tokens;
     }
-    let (folder_temperature, folder_top_k, folder_top_p) = match config.sampling {
-        Sampling::Random { temperature, top_k, top_p } => (Some(temperature), top_k, top_p),
-        Sampling::Greedy => (None, None, None),
+    let (folder_temperature, folder_top_k, folder_top_p, folder_min_p) = match config.sampling {
+        Sampling::Random { temperature, top_k, top_p, min_p } => (Some(temperature), top_k, top_p, min_p),
+        Sampling::Greedy => (None, None, None, None),
     };
     let drawing = args
         .temperature
@@ -124,6 +124,7 @@ fn settings(args: &Args, mut config: GenerationConfig) -> nnx::Result<Generation
             temperature: args.temperature.or(folder_temperature).unwrap_or(1.0),
             top_k: args.top_k.or(folder_top_k),
             top_p: args.top_p.or(folder_top_p),
+            min_p: folder_min_p,
         }
     } else {
         Sampling::Greedy

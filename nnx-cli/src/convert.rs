@@ -1,7 +1,8 @@
 //! `nnx convert IN OUT [--dtype bf16|f16|f32] [--page-align] [--max-shard-size SIZE]
 //! [--select PREFIX]`: a PyTorch checkpoint or SafeTensors weights (file, index or folder) to a
-//! SafeTensors file, or to a sharded folder with its index; GGUF files are decoded to floats.
-//! An output named `.gguf` is written as GGUF (see [`crate::to_gguf`]).
+//! SafeTensors file, or to a sharded folder with its index; GGUF files are decoded to floats,
+//! their metadata kept with its types for the way back. An output named `.gguf` is written as
+//! GGUF (see [`crate::to_gguf`]).
 
 use std::path::{Path, PathBuf};
 
@@ -14,10 +15,12 @@ use crate::dequantize::FloatType;
 #[derive(clap::Args)]
 pub struct Args {
     /// A PyTorch checkpoint (`.bin`, `.pt`, `.pth`), a `.safetensors` file, a shard index, a
-    /// folder holding one of them, or an `hf://` path.
+    /// `.gguf` file, a folder holding one of them, or an `hf://` path.
     input: PathBuf,
     /// The output `.safetensors` file; with `--max-shard-size`, a folder that receives the
-    /// shards and `model.safetensors.index.json`.
+    /// shards and `model.safetensors.index.json`; or a `.gguf` file. The metadata of a GGUF
+    /// input goes into `__metadata__`: scalars as text, and every key with its type under
+    /// `gguf`, which a conversion back to `.gguf` writes again.
     output: PathBuf,
     /// Cast every float entry to this dtype; integer and bool entries are never cast.
     #[arg(long, value_enum)]
@@ -40,6 +43,8 @@ pub struct Args {
     /// For a `.gguf` output: a type as `llama-quantize` takes it (`q4_k_m`, `q4_k_s`, `q5_k_m`,
     /// `q6_k`, `q8_0`, `q4_0`, `iq4_xs`, ...: the type with llama.cpp's per-tensor choices), or
     /// `f16`, `bf16`, `f32`, `mxfp4` for every tensor. Norms and 1-D tensors keep their type.
+    /// Without it: F16, except for a SafeTensors file written from a GGUF file, whose tensors
+    /// get back the types they had there. Such a file's GGUF metadata is written either way.
     #[arg(long = "type", value_name = "TYPE|MIXTURE", value_parser = crate::to_gguf::parse_recipe)]
     ty: Option<nnx::gguf::Recipe>,
     /// For a `.gguf` output: give the tensors whose names match the regular expression
@@ -167,8 +172,15 @@ pub fn run(args: Args) -> Result<String, CliError> {
             args.output.display()
         )));
     }
-    let recipe = args.ty.unwrap_or(nnx::gguf::Recipe::Pure(nnx::quant::ggml::GgmlType::F16));
-    let recipe = if args.pure { recipe.pure() } else { recipe };
+    // Without `--type` (or `--pure`), `to_gguf` chooses: F16, or the types a SafeTensors file
+    // written from a GGUF file had there.
+    let recipe = match (args.ty, args.pure) {
+        (None, false) => None,
+        (recipe, pure) => {
+            let recipe = recipe.unwrap_or(nnx::gguf::Recipe::Pure(nnx::quant::ggml::GgmlType::F16));
+            Some(if pure { recipe.pure() } else { recipe })
+        }
+    };
     if gguf
         && let Some(summary) = crate::to_gguf::convert_folder(&args.input, &args.output, recipe, &args.tensor_types)?
     {
@@ -222,9 +234,16 @@ fn convert(mut archive: Archive, input: &Path, output: &Path, options: &Options)
     bar.enable_steady_tick(std::time::Duration::from_millis(100));
     let mut metadata = archive.metadata().clone();
     if let Some(gguf) = archive.gguf_metadata() {
-        // Arrays of a GGUF file (vocabularies, merges) are not text: only scalars and strings
-        // carry over.
+        // Scalars and strings as text, for readers of the file; arrays of a GGUF file
+        // (vocabularies, merges) are not text. Every key comes along typed under one more key,
+        // with the block types of the tensors decoded here, for the way back to GGUF.
         metadata.retain(|key, _| gguf.get(key).is_some_and(|value| value.as_array().is_none()));
+        let decoded: Vec<(&str, nnx::quant::ggml::GgmlType)> = names
+            .iter()
+            .filter_map(|name| Some((name.as_str(), archive.ggml_type(name).filter(|ty| ty.is_quantized())?)))
+            .collect();
+        let order: Vec<&str> = names.iter().map(String::as_str).collect();
+        metadata.insert(crate::to_gguf::CARRIED.into(), crate::to_gguf::carry(gguf, &order, &decoded));
     }
     // The total size of a shard index describes the input; a sharded save writes its own.
     metadata.remove("total_size");

@@ -1,6 +1,7 @@
 //! `nnx diff A B [--json] [--atol X]`: the tensors of two checkpoints of any format compared
 //! entry by entry: names only in one of them, dtype or shape differences, and for the common
-//! tensors the largest absolute difference and the count of differing elements.
+//! tensors the largest absolute difference and the count of differing elements. A GGUF
+//! block type (`Q8_0`) is compared as the floats it decodes to, and shown as stored.
 
 use std::path::{Path, PathBuf};
 
@@ -133,6 +134,10 @@ struct Common {
     name: String,
     a: EntryInfo,
     b: EntryInfo,
+    /// The ggml block types the entries are stored as (`Q8_0`), when they are: their `dtype`
+    /// is the dtype they decode to and are compared as.
+    a_stored: Option<&'static str>,
+    b_stored: Option<&'static str>,
     /// `None` when the shapes differ or the elements cannot be compared.
     compared: Option<Compared>,
 }
@@ -202,7 +207,8 @@ pub fn run(args: Args) -> Result<(String, bool), CliError> {
         } else {
             None
         };
-        report.common.push(Common { name: name.to_string(), a: a_info, b: b_info, compared });
+        let (a_stored, b_stored) = (block_type(&a, name), block_type(&b, name));
+        report.common.push(Common { name: name.to_string(), a: a_info, b: b_info, a_stored, b_stored, compared });
     }
     report.only_in_b = b.names().filter(|name| !a.contains(name)).map(str::to_string).collect();
     let equal = report.equal();
@@ -211,8 +217,18 @@ pub fn run(args: Args) -> Result<(String, bool), CliError> {
     Ok((text, equal))
 }
 
-fn layout(info: &EntryInfo) -> String {
-    format!("{} {:?}", info.dtype, info.shape)
+/// The ggml block type entry `name` of `archive` is stored as; `None` for entries stored as
+/// their dtype (every SafeTensors entry, and GGUF's F32, F16 and BF16).
+fn block_type(archive: &Archive, name: &str) -> Option<&'static str> {
+    archive.ggml_type(name).filter(|ty| ty.is_quantized()).map(|ty| ty.name())
+}
+
+/// An entry's type as stored (the ggml block type, or the dtype) and shape.
+fn layout(info: &EntryInfo, stored: Option<&str>) -> String {
+    match stored {
+        Some(ty) => format!("{ty} {:?}", info.shape),
+        None => format!("{} {:?}", info.dtype, info.shape),
+    }
 }
 
 fn number(value: f64) -> String {
@@ -258,8 +274,8 @@ fn render_text(report: &Report, a_path: &Path, b_path: &Path) -> String {
         rows.push(vec![
             printable(&common.name).into_owned(),
             what.into(),
-            layout(&common.a),
-            layout(&common.b),
+            layout(&common.a, common.a_stored),
+            layout(&common.b, common.b_stored),
             max,
             differing,
         ]);
@@ -267,6 +283,12 @@ fn render_text(report: &Report, a_path: &Path, b_path: &Path) -> String {
     if !rows.is_empty() {
         let header = ["name", "difference", "A", "B", "max |a-b|", "differing"];
         out.push_str(&nnx::__private::render_columns(&header, &rows));
+    }
+    let blocks = report.common.iter().any(|common| {
+        (common.a_stored.is_some() || common.b_stored.is_some()) && (common.layout_differs() || common.values_differ())
+    });
+    if blocks {
+        out.push_str("ggml block types are compared as the floats they decode to\n");
     }
     let layouts = report.common.iter().filter(|common| common.layout_differs()).count();
     let values = report.common.iter().filter(|common| !common.layout_differs() && common.values_differ()).count();
@@ -289,6 +311,16 @@ fn json_number(value: f64) -> serde_json::Value {
     if value.is_finite() { serde_json::json!(value) } else { serde_json::Value::Null }
 }
 
+/// One side of a common tensor: the dtype it is compared as, its shape, and the ggml block type
+/// it is stored as, when it is one.
+fn side(info: &EntryInfo, stored: Option<&str>) -> serde_json::Value {
+    let mut value = serde_json::json!({ "dtype": info.dtype.to_string(), "shape": info.shape });
+    if let Some(ty) = stored {
+        value["ggml_type"] = serde_json::json!(ty);
+    }
+    value
+}
+
 fn render_json(report: &Report, a_path: &Path, b_path: &Path, atol: f64) -> String {
     let common: Vec<serde_json::Value> = report
         .common
@@ -296,8 +328,8 @@ fn render_json(report: &Report, a_path: &Path, b_path: &Path, atol: f64) -> Stri
         .map(|common| {
             let mut value = serde_json::json!({
                 "name": common.name,
-                "a": { "dtype": common.a.dtype.to_string(), "shape": common.a.shape },
-                "b": { "dtype": common.b.dtype.to_string(), "shape": common.b.shape },
+                "a": side(&common.a, common.a_stored),
+                "b": side(&common.b, common.b_stored),
                 "dtype_differs": common.a.dtype != common.b.dtype,
                 "shape_differs": common.a.shape != common.b.shape,
                 "compared": common.compared.is_some(),

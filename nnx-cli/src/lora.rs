@@ -12,7 +12,7 @@ use nnx::models::qwen::{Qwen, QwenConfig};
 use nnx::nn::Init;
 use nnx::{Archive, DType};
 
-use crate::common::CliError;
+use crate::common::{CliError, copy_folder_files};
 
 /// The arguments of `nnx lora`.
 #[derive(clap::Args)]
@@ -160,17 +160,7 @@ fn merge(base: &Path, adapter: &Adapter, out: &Path) -> Result<String, CliError>
     if base.is_dir() {
         // Everything but the weights comes along (config, tokenizer, generation settings),
         // each link checked before anything is written.
-        let copies = folder_copies(base)?;
-        std::fs::create_dir_all(out)
-            .map_err(|error| CliError(format!("cannot create `{}`: {error}", out.display())))?;
-        for (name, copy) in copies {
-            let to = out.join(&name);
-            let done = match &copy {
-                Copy::Contents(from) => std::fs::copy(from, &to).map(|_| ()),
-                Copy::Link(target) => make_link(target, &to),
-            };
-            done.map_err(|error| CliError(format!("cannot write `{}`: {error}", to.display())))?;
-        }
+        copy_folder_files(base, out, &[])?;
         merged.save(out.join("model.safetensors"))?;
     } else {
         merged.save(out)?;
@@ -181,95 +171,4 @@ fn merge(base: &Path, adapter: &Adapter, out: &Path) -> Result<String, CliError>
         nnx::text::printable(&adapter.path.display().to_string()),
         nnx::text::printable(&out.display().to_string())
     ))
-}
-
-/// How one file of a base folder comes into the merged folder.
-enum Copy {
-    /// Its contents, read from this path (the file itself, or what a link inside the folder
-    /// or into its Hugging Face cache repository leads to).
-    Contents(PathBuf),
-    /// A link with this relative target, to a file of the folder that is copied too.
-    Link(PathBuf),
-}
-
-/// The files of the base folder `base` that the merged folder gets beside its weights: every
-/// plain file but the weights, and links as a user who shares the merged folder expects them.
-/// A relative link to another copied file stays a link with its target; a link to any other
-/// file of the folder, or into the `blobs` of the Hugging Face cache repository whose snapshot
-/// `base` is (the cache's own layout), is copied as the file it leads to. A link that leads
-/// anywhere else is refused: its target is not the model's, and copying it would put a file
-/// from elsewhere on the machine into a folder meant to be shared. Links that lead nowhere and
-/// folders are left out, as before.
-fn folder_copies(base: &Path) -> Result<Vec<(std::ffi::OsString, Copy)>, CliError> {
-    let cannot = |what: &str, path: &Path, error: std::io::Error| {
-        CliError(format!("cannot {what} `{}`: {error}", nnx::text::printable(&path.display().to_string())))
-    };
-    let root = base.canonicalize().map_err(|error| cannot("read", base, error))?;
-    // A Hugging Face cache snapshot (`models--org--name/snapshots/<commit>`) links its files
-    // into the repository's `blobs`.
-    let blobs = root
-        .parent()
-        .filter(|snapshots| snapshots.file_name().is_some_and(|name| name == "snapshots"))
-        .and_then(Path::parent)
-        .map(|repository| repository.join("blobs"));
-    let weights = |name: &str| {
-        name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json") || name.ends_with(".bin")
-    };
-    let entries = std::fs::read_dir(base).map_err(|error| cannot("list", base, error))?;
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|error| cannot("list", base, error))?;
-        if !weights(&entry.file_name().to_string_lossy()) {
-            names.push(entry.file_name());
-        }
-    }
-    names.sort();
-    let mut copies = Vec::new();
-    for name in &names {
-        let path = base.join(name);
-        let kind = std::fs::symlink_metadata(&path).map_err(|error| cannot("read", &path, error))?.file_type();
-        if kind.is_file() {
-            copies.push((name.clone(), Copy::Contents(path)));
-            continue;
-        }
-        if !kind.is_symlink() {
-            continue;
-        }
-        let target = std::fs::read_link(&path).map_err(|error| cannot("read the link", &path, error))?;
-        let Ok(resolved) = path.canonicalize() else { continue };
-        if !resolved.is_file() {
-            continue;
-        }
-        if let Ok(inside) = resolved.strip_prefix(&root) {
-            // A file of the folder: a link to a file copied beside it stays a link.
-            let copied = inside.parent() == Some(Path::new(""))
-                && names.iter().any(|other| inside == Path::new(other))
-                && std::fs::symlink_metadata(root.join(inside)).is_ok_and(|meta| meta.file_type().is_file());
-            let copy = if copied && target.is_relative() { Copy::Link(target) } else { Copy::Contents(resolved) };
-            copies.push((name.clone(), copy));
-        } else if blobs.as_ref().is_some_and(|blobs| resolved.starts_with(blobs)) {
-            copies.push((name.clone(), Copy::Contents(resolved)));
-        } else {
-            return Err(CliError(format!(
-                "`{}` is a symbolic link to `{}`, outside the base folder `{}`: its contents are not copied into the merged model; copy the file into the folder if it belongs to the model, or remove the link",
-                nnx::text::printable(&path.display().to_string()),
-                nnx::text::printable(&target.display().to_string()),
-                nnx::text::printable(&base.display().to_string())
-            )));
-        }
-    }
-    Ok(copies)
-}
-
-/// A symbolic link at `link` to `target`.
-#[cfg(unix)]
-fn make_link(target: &Path, link: &Path) -> std::io::Result<()> {
-    std::os::unix::fs::symlink(target, link)
-}
-
-/// Without symbolic links, the link's target is copied (it is a file of the merged folder).
-#[cfg(not(unix))]
-fn make_link(target: &Path, link: &Path) -> std::io::Result<()> {
-    let from = link.parent().unwrap_or(Path::new("")).join(target);
-    std::fs::copy(from, link).map(|_| ())
 }

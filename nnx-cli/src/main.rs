@@ -7,6 +7,7 @@ mod convert;
 mod dequantize;
 mod diff;
 mod download;
+mod embed;
 mod inspect;
 mod lora;
 mod page;
@@ -63,11 +64,16 @@ enum Command {
     /// Generate text with a model (GGUF, transformers or mlx-community folder, `hf://`),
     /// streamed as it comes; without `--prompt`, a chat read from stdin a line per turn.
     Run(run::Args),
+    /// Sentence embeddings with an encoder (a sentence-transformers BERT folder or Hub
+    /// repository), pooled and normalized as its `modules.json` says; texts from the arguments
+    /// or stdin a line each; with two texts or more, their cosine similarities.
+    Embed(embed::Args),
     /// The perplexity of a model on a text, computed as llama.cpp's `llama-perplexity`
     /// computes it: chunks of `--ctx` tokens, each scored on its second half.
     Perplexity(perplexity::Args),
     /// Per-tensor statistics (min, max, mean, std, absmax, zeros, NaN, Inf, a histogram),
-    /// quantized weights decoded; `--check` exits 1 for NaN, infinities or all-zero tensors.
+    /// quantized weights decoded; `--check` exits 1 for NaN, infinities or all-zero weight
+    /// matrices (not biases or norms, which a trained model may hold at zero).
     Stats(stats::Args),
     /// LoRA adapters (PEFT, MLX-LM, GGUF): `inspect` describes one, `merge` writes a base
     /// model with one merged into its weights.
@@ -94,9 +100,10 @@ fn printable_lines(text: &str) -> String {
 
 /// Runs `command` on one of rayon's threads, so that the model's products split between the
 /// thread that runs the model and the others, instead of being handed to the pool and waited
-/// for (each decoded token runs a few hundred products).
-fn on_the_pool<T: Send>(command: impl FnOnce() -> T + Send) -> T {
-    match rayon::ThreadPoolBuilder::new().build() {
+/// for (each decoded token runs a few hundred products). `threads` sizes the pool (default: one
+/// thread per core).
+fn on_the_pool<T: Send>(threads: Option<usize>, command: impl FnOnce() -> T + Send) -> T {
+    match rayon::ThreadPoolBuilder::new().num_threads(threads.unwrap_or(0)).build() {
         Ok(pool) => pool.install(command),
         Err(_) => command(),
     }
@@ -113,6 +120,24 @@ fn verdict(result: Result<(String, bool), CliError>, trouble: u8) -> ExitCode {
         Err(error) => {
             print_error(&error);
             ExitCode::from(trouble)
+        }
+    }
+}
+
+/// Names a private runtime folder when `XDG_RUNTIME_DIR` is unset, before the GPU is opened:
+/// Mesa's Vulkan drivers print an `error:` line of their own without one, which reads as nnx's.
+fn gpu_runtime_folder() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        use std::os::unix::fs::DirBuilderExt;
+        let user: String =
+            std::env::var("USER").unwrap_or_default().chars().filter(char::is_ascii_alphanumeric).collect();
+        let folder = std::env::temp_dir().join(format!("nnx-runtime-{user}"));
+        let made = std::fs::DirBuilder::new().mode(0o700).create(&folder);
+        if made.is_ok() || folder.is_dir() {
+            // SAFETY: called from `main` before any other thread is started, so nothing reads
+            // the environment while it changes.
+            unsafe { std::env::set_var("XDG_RUNTIME_DIR", &folder) };
         }
     }
 }
@@ -135,11 +160,22 @@ fn main() -> ExitCode {
         Command::Download(args) => download::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Tokenize(args) => tokenize::run(args),
-        Command::Run(args) => on_the_pool(|| run::run(args)),
-        Command::Perplexity(args) => on_the_pool(|| perplexity::run(args)),
+        Command::Run(args) => {
+            if args.device == run::DeviceChoice::Gpu {
+                gpu_runtime_folder();
+            }
+            on_the_pool(args.threads, || run::run(args))
+        }
+        Command::Embed(args) => {
+            if args.device == run::DeviceChoice::Gpu {
+                gpu_runtime_folder();
+            }
+            on_the_pool(None, || embed::run(args))
+        }
+        Command::Perplexity(args) => on_the_pool(None, || perplexity::run(args)),
         Command::Lora(args) => lora::run(args),
         // `stats --check` fails with 1; `diff` says 1 for different and 2 for trouble.
-        Command::Stats(args) => return verdict(on_the_pool(|| stats::run(args)), 1),
+        Command::Stats(args) => return verdict(on_the_pool(None, || stats::run(args)), 1),
         Command::Diff(args) => return verdict(diff::run(args).map(|(text, equal)| (text, !equal)), 2),
     };
     match result {

@@ -1,5 +1,7 @@
 //! `nnx quantize IN OUT --encoding q4|q8|seed4|seed4p4 [--group-size N] [--pattern GLOB]`:
-//! quantizes the 2-D float weights of a SafeTensors file or folder and copies every other entry.
+//! quantizes the 2-D float weights of a SafeTensors file or folder and copies every other entry
+//! (and a folder's other files). The result is SafeTensors: a file named `.safetensors`, or a
+//! model folder.
 
 use std::path::{Path, PathBuf};
 
@@ -8,14 +10,16 @@ use nnx::quant::{AffineSpec, AffineWeight, EncodeOptions, SeedEncoding, SeedWeig
 use nnx::quantized::{EncodedWeight, QuantizationConfig, QuantizedFolder, save_folder};
 use nnx::{Archive, SaveOptions, Tensor};
 
-use crate::common::{CliError, Output, local, progress_bar};
+use crate::common::{CliError, Output, copy_folder_files, local, progress_bar};
 
 /// The arguments of `nnx quantize`.
 #[derive(clap::Args)]
 pub struct Args {
     /// A `.safetensors` file, a shard index, a folder or an `hf://` path.
     input: PathBuf,
-    /// The output file, or folder (page-aligned shards with `config.json`).
+    /// The output `.safetensors` file (the extension is added to a name without it), or folder
+    /// (page-aligned shards with `config.json`, and the input folder's other files: tokenizer,
+    /// generation settings, chat template).
     output: PathBuf,
     /// The encoding.
     #[arg(long, value_enum)]
@@ -92,7 +96,8 @@ fn unfit(archive: &Archive, name: &str, multiple: usize) -> nnx::Result<Option<S
 /// Runs the command; returns the summary line.
 pub fn run(args: Args) -> Result<String, CliError> {
     let Args { input, output, encoding, group_size, pattern } = args;
-    let (input, output, pattern) = (&local(input)?, &output, pattern.as_deref());
+    let input = &local(input)?;
+    let (output, pattern) = (&destination(input, &output, encoding)?, pattern.as_deref());
     let folder = QuantizedFolder::open(input)?;
     let archive = folder.archive();
     let spec = match encoding {
@@ -167,7 +172,47 @@ pub fn run(args: Args) -> Result<String, CliError> {
     bar.finish_and_clear();
     let config = quantization_config(folder.quantization(), spec, &stems);
     write(input, output, &out, &folder, config.as_ref())?;
-    Ok(format!("quantized {quantized} weights to {:?} into {}\n", encoding, output.display()))
+    let mut summary = format!("quantized {quantized} weights to {:?} into {}\n", encoding, output.display());
+    if folder.archive().gguf_metadata().is_some() {
+        summary.push_str(&format!(
+            "note: the metadata of the GGUF file `{}` (architecture, tokenizer) is not kept: to quantize it for llama.cpp and `nnx run`, write GGUF with `nnx convert {} OUT.gguf --type {}`\n",
+            input.display(),
+            input.display(),
+            gguf_type(encoding)
+        ));
+    }
+    Ok(summary)
+}
+
+/// The type of `nnx convert --type` closest to `encoding`, for messages.
+fn gguf_type(encoding: Encoding) -> &'static str {
+    match encoding {
+        Encoding::Q8 => "q8_0",
+        Encoding::Q4 | Encoding::Seed4 | Encoding::Seed4p4 => "q4_k_m",
+    }
+}
+
+/// Where the result goes: `output` when it is a folder (see [`Output::is_folder`]) or a
+/// `.safetensors` file, else `output` with `.safetensors` added, since the encodings are only
+/// stored in SafeTensors. A `.gguf` name is refused: GGUF holds ggml's types, which
+/// `nnx convert --type` writes.
+fn destination(input: &Path, output: &Path, encoding: Encoding) -> Result<PathBuf, CliError> {
+    let extension = output.extension().and_then(|extension| extension.to_str()).unwrap_or_default();
+    if Output::is_folder(input, output) || extension.eq_ignore_ascii_case("safetensors") {
+        return Ok(output.to_path_buf());
+    }
+    if extension.eq_ignore_ascii_case("gguf") {
+        return Err(CliError(format!(
+            "`{}` names a GGUF file, but `nnx quantize` writes MLX affine and SeedLM encodings, which only SafeTensors holds: name a `.safetensors` output, or write GGUF with `nnx convert {} {} --type {}`",
+            output.display(),
+            input.display(),
+            output.display(),
+            gguf_type(encoding)
+        )));
+    }
+    let mut named = output.as_os_str().to_os_string();
+    named.push(".safetensors");
+    Ok(PathBuf::from(named))
 }
 
 fn encode(
@@ -231,6 +276,11 @@ fn write(
             };
         }
         let write_config = folder.config().is_some() || quantization.is_some();
+        // The folder's other files (tokenizer, generation settings, chat template) come along,
+        // each link checked before anything is written.
+        if input.is_dir() {
+            copy_folder_files(input, output, &["config.json"])?;
+        }
         save_folder(output, archive, write_config.then_some(&config), None)?;
     } else {
         let mut options = SaveOptions::default();

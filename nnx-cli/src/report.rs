@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use nnx::gguf::{Array, Value as GgufValue};
 use nnx::quantized::{EncodedWeight, QuantizedFolder};
+use nnx::stats::TensorStats;
 use nnx::{Archive, EntryInfo};
 use rayon::prelude::*;
 use serde_json::{Value, json};
@@ -28,9 +29,19 @@ const ARRAY_ITEMS: usize = 64;
 /// Context length of the memory plan when neither `--ctx` nor the model says one.
 const DEFAULT_CTX: usize = 4096;
 
-/// A tensor is flagged as an outlier when a value lies this many standard deviations from the
-/// mean (and the tensor is large enough for that to mean something).
+/// A tensor is noted as having outliers when a value lies this many standard deviations from
+/// the mean (and the tensor is large enough for that to mean something). Trained language
+/// models have such values (a few outlier features carry large magnitudes), so the note is
+/// information, not a problem.
 const OUTLIER_SIGMAS: f64 = 25.0;
+
+/// The architectures `--model` plans an import into: the names the model families of
+/// `nnx::models::import_plan` answer to (`config.json`'s `model_type`, or the caller's).
+pub const ARCHITECTURES: [&str; 8] = ["llama", "mistral", "qwen2", "qwen3", "gemma3", "gemma3_text", "gpt2", "bert"];
+
+/// The architectures a GGUF file is planned into (its blocks read as the floats they decode
+/// to): the decoders llama.cpp's files name in `general.architecture`.
+const GGUF_ARCHITECTURES: [&str; 5] = ["llama", "mistral", "qwen2", "qwen3", "gemma3"];
 
 /// The roles of the quantization map, in the order of a block's computation.
 const ROLES: [&str; 19] = [
@@ -70,8 +81,9 @@ pub struct Options {
 }
 
 /// One entry as the report lists it.
-struct Entry {
-    info: EntryInfo,
+pub struct Entry {
+    /// Name, dtype, shape, bytes and place in its file.
+    pub info: EntryInfo,
     /// The dtype, ggml type or encoding.
     ty: String,
     /// Values of the weight (0 for the scales and biases of an encoded weight).
@@ -82,40 +94,100 @@ struct Entry {
     role: &'static str,
 }
 
+/// The parameters, bytes and tensors of one type (a dtype, ggml type or encoding).
+pub struct TypeTotal {
+    /// The type's name (`F32`, `Q4_K`, `MLX affine 4-bit/64`).
+    pub ty: String,
+    /// Tensors of this type (an encoded weight counts once, whatever its streams).
+    pub tensors: u64,
+    /// Their values.
+    pub parameters: u64,
+    /// Their bytes, every stream included.
+    pub bytes: u64,
+}
+
+impl TypeTotal {
+    /// Bytes per value in bits; `None` when the type holds no values.
+    pub fn bits_per_weight(&self) -> Option<f64> {
+        bits_per_weight(self.bytes, self.parameters)
+    }
+}
+
+/// The entries of a checkpoint, each with its type and parameters, and the totals: what the
+/// text of `nnx inspect` summarises and the report holds.
+pub struct Summary {
+    /// Every entry, in the archive's order.
+    pub entries: Vec<Entry>,
+    /// Bytes of all entries.
+    pub total_bytes: u64,
+    /// Values of all weights (an encoded weight's, not its scales').
+    pub parameters: u64,
+    /// Per type, largest first.
+    pub types: Vec<TypeTotal>,
+}
+
+impl Summary {
+    /// Reads the headers of `archive`, opened from `path`: a quantized folder's weights merged
+    /// with their streams, or, when its streams do not describe their weights, listed entry by
+    /// entry (the listing shows what the files hold, however damaged).
+    ///
+    /// # Errors
+    /// An entry that cannot be described.
+    pub fn of(path: &Path, archive: &Archive) -> Result<Summary, CliError> {
+        match crate::stats::quantized_folder(path, archive) {
+            Ok(Some(folder)) => {
+                Summary::with_folder(archive, Some(&folder)).or_else(|_| Summary::with_folder(archive, None))
+            }
+            _ => Summary::with_folder(archive, None),
+        }
+    }
+
+    fn with_folder(archive: &Archive, folder: Option<&QuantizedFolder>) -> Result<Summary, CliError> {
+        let entries = entries(archive, folder)?;
+        // Sums saturate: a hostile header may describe entries whose sizes add past `u64::MAX`.
+        let total_bytes = entries.iter().fold(0u64, |total, entry| total.saturating_add(entry.info.bytes as u64));
+        let parameters = entries.iter().fold(0u64, |total, entry| total.saturating_add(entry.parameters));
+        let types = type_totals(&entries);
+        Ok(Summary { entries, total_bytes, parameters, types })
+    }
+
+    /// Bits per weight of the whole checkpoint; `None` when it holds no values.
+    pub fn bits_per_weight(&self) -> Option<f64> {
+        bits_per_weight(self.total_bytes, self.parameters)
+    }
+}
+
+/// `bytes` spread over `parameters` values, in bits.
+fn bits_per_weight(bytes: u64, parameters: u64) -> Option<f64> {
+    (parameters > 0).then(|| bytes as f64 * 8.0 / parameters as f64)
+}
+
 /// The report of `archive`, opened from `path` (as the user named it: `source`).
 pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -> Result<Value, CliError> {
     let folder = crate::stats::quantized_folder(path, archive)?;
-    let entries = entries(archive, folder.as_ref())?;
+    let Summary { entries, total_bytes, parameters, types } = Summary::with_folder(archive, folder.as_ref())?;
     let files = files(path, &entries)?;
-    // Sums saturate: a hostile header may describe entries whose sizes add past `u64::MAX`.
-    let total_bytes = entries.iter().fold(0u64, |total, entry| total.saturating_add(entry.info.bytes as u64));
-    let parameters = entries.iter().fold(0u64, |total, entry| total.saturating_add(entry.parameters));
     let mut validation = validate(archive, folder.as_ref(), &entries, &files);
 
-    let stats = if options.stats { Some(stats(path, archive, folder.as_ref(), options.progress)?) } else { None };
-    if let Some(stats) = &stats {
-        validation.extend(stats_findings(stats));
-    }
+    let stats = if options.stats {
+        let mut collected = crate::stats::collect(path, archive, folder.as_ref(), options.progress)?;
+        for stats in &mut collected {
+            // An encoded weight's statistics are named by its stem; the page finds the entry.
+            let weight = format!("{}.weight", stats.name);
+            if !archive.contains(&stats.name) && archive.contains(&weight) {
+                stats.name = weight;
+            }
+        }
+        validation.extend(stats_findings(&collected));
+        Some(collected.iter().map(stats_json).collect::<Vec<_>>())
+    } else {
+        None
+    };
     let plan = match &options.model {
         Some(architecture) => {
-            let (architecture, plan) = nnx::models::import_plan(&path.to_string_lossy(), Some(architecture))?;
-            let problems = plan.problems().len();
-            validation.push(if problems == 0 {
-                finding("ok", format!("the import plan into {} ({architecture}) is valid", plan.target()))
-            } else {
-                finding(
-                    "error",
-                    format!("the import plan into {} ({architecture}) has {problems} problems", plan.target()),
-                )
-            });
-            Some(json!({
-                "architecture": architecture,
-                "target": plan.target(),
-                "valid": plan.is_valid(),
-                "rows": plan.rows(),
-                "unexpected": plan.unused(),
-                "problems": plan.problems().iter().map(ToString::to_string).collect::<Vec<_>>(),
-            }))
+            let plan = plan(path, archive, architecture)?;
+            validation.push(plan.finding());
+            Some(plan.json())
         }
         None => None,
     };
@@ -133,8 +205,8 @@ pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -
         "count": entries.len(),
         "total_bytes": total_bytes,
         "parameters": parameters,
-        "bits_per_weight": (parameters > 0).then(|| total_bytes as f64 * 8.0 / parameters as f64),
-        "types": types(&entries),
+        "bits_per_weight": bits_per_weight(total_bytes, parameters),
+        "types": types.iter().map(type_json).collect::<Vec<_>>(),
         "validation": validation,
         "entries": entry_values,
         "quant_map": quant_map(&entries),
@@ -146,6 +218,115 @@ pub fn build(source: &Path, path: &Path, archive: &Archive, options: &Options) -
     }))
 }
 
+/// The import plan into one architecture, as the report holds it and the text of `nnx
+/// inspect --model` lists it.
+pub struct Plan {
+    /// The architecture planned for (`llama`).
+    pub architecture: String,
+    /// The model type it builds (`Llama`).
+    pub target: String,
+    /// Each model tensor with its entry, operations and types; a GGUF block type is shown as
+    /// stored (`Q4_K`), not as the floats it decodes to.
+    pub rows: Vec<nnx::PlanRow>,
+    /// Entries the model does not read.
+    pub unexpected: Vec<String>,
+    /// Every problem.
+    pub problems: Vec<String>,
+}
+
+impl Plan {
+    /// The finding that sums the plan up: valid, or how many problems it has.
+    pub fn finding(&self) -> Value {
+        let (target, architecture) = (&self.target, &self.architecture);
+        match self.problems.len() {
+            0 => finding("ok", format!("the import plan into {target} ({architecture}) is valid")),
+            problems => {
+                finding("error", format!("the import plan into {target} ({architecture}) has {problems} problems"))
+            }
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "architecture": self.architecture,
+            "target": self.target,
+            "valid": self.problems.is_empty(),
+            "rows": self.rows,
+            "unexpected": self.unexpected,
+            "problems": self.problems,
+        })
+    }
+}
+
+/// Checks a `--model` value against [`ARCHITECTURES`], before any file is read.
+///
+/// # Errors
+/// A name nnx plans no import into, with the nearest name and every name.
+pub fn parse_architecture(text: &str) -> Result<String, String> {
+    if ARCHITECTURES.contains(&text) {
+        return Ok(text.to_string());
+    }
+    let near = nearest_architecture(text);
+    Err(format!(
+        "`{text}` is not an architecture nnx plans imports into{}: give one of {}",
+        nnx::error::DidYouMean(near.as_deref()),
+        ARCHITECTURES.map(|name| format!("`{name}`")).join(", ")
+    ))
+}
+
+/// The architecture `text` likely means: the same name in other case, a name a small edit
+/// away, or one with two neighbouring letters swapped (`bret`), which an edit distance counts
+/// as two edits.
+fn nearest_architecture(text: &str) -> Option<String> {
+    let lower = text.to_ascii_lowercase();
+    if ARCHITECTURES.contains(&lower.as_str()) {
+        return Some(lower);
+    }
+    nnx::__private::suggest(&lower, ARCHITECTURES)
+        .or_else(|| ARCHITECTURES.iter().find(|name| swapped_neighbours(&lower, name)).map(|name| name.to_string()))
+}
+
+/// Whether `a` is `b` with two neighbouring characters swapped.
+fn swapped_neighbours(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let differ: Vec<usize> = (0..a.len().min(b.len())).filter(|&at| a[at] != b[at]).collect();
+    a.len() == b.len() && matches!(differ[..], [i, j] if j == i + 1 && a[i] == b[j] && a[j] == b[i])
+}
+
+/// The plan of importing the checkpoint at `path` (opened as `archive`) into `architecture`
+/// (one of [`ARCHITECTURES`]).
+///
+/// # Errors
+/// An architecture a GGUF file is not planned into; the errors of
+/// [`nnx::models::import_plan`] (a configuration it cannot read, files it cannot open).
+pub fn plan(path: &Path, archive: &Archive, architecture: &str) -> Result<Plan, CliError> {
+    if archive.gguf_metadata().is_some() && !GGUF_ARCHITECTURES.contains(&architecture) {
+        return Err(CliError(format!(
+            "`--model {architecture}` plans the import of a transformers folder: a GGUF file is planned into {}; give one of these, or the folder with `config.json`",
+            GGUF_ARCHITECTURES.map(|name| format!("`{name}`")).join(", ")
+        )));
+    }
+    let (architecture, plan) = nnx::models::import_plan(&path.to_string_lossy(), Some(architecture))?;
+    let mut rows = plan.rows();
+    for row in &mut rows {
+        // The plan reads a GGUF block as the floats it decodes to; the row says what is stored.
+        if row.stored_dtype.is_some()
+            && let Some(ty) = archive.ggml_type(&row.source)
+        {
+            row.stored_dtype = Some(ty.name().to_string());
+        }
+    }
+    Ok(Plan {
+        architecture,
+        target: plan.target().to_string(),
+        rows,
+        unexpected: plan.unused().to_vec(),
+        problems: plan.problems().iter().map(ToString::to_string).collect(),
+    })
+}
+
+/// Every entry of `archive` with its type, parameters, block and role; the streams of each of
+/// `folder`'s encoded weights merged into its main entry.
 fn entries(archive: &Archive, folder: Option<&QuantizedFolder>) -> Result<Vec<Entry>, CliError> {
     // The streams of each encoded weight: its main entry carries the values, the others are
     // part of it.
@@ -357,8 +538,8 @@ fn validate(archive: &Archive, folder: Option<&QuantizedFolder>, entries: &[Entr
     findings
 }
 
-/// Per type: tensors, parameters, bytes and bits per weight, largest first.
-fn types(entries: &[Entry]) -> Vec<Value> {
+/// Per type: tensors, parameters and bytes, largest first.
+fn type_totals(entries: &[Entry]) -> Vec<TypeTotal> {
     let mut by_type: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
     for entry in entries {
         let row = by_type.entry(&entry.ty).or_default();
@@ -366,19 +547,22 @@ fn types(entries: &[Entry]) -> Vec<Value> {
         row.1 = row.1.saturating_add(entry.parameters);
         row.2 = row.2.saturating_add(entry.info.bytes as u64);
     }
-    let mut rows: Vec<(&str, (u64, u64, u64))> = by_type.into_iter().collect();
-    rows.sort_by(|a, b| b.1.2.cmp(&a.1.2).then(a.0.cmp(b.0)));
-    rows.into_iter()
-        .map(|(ty, (tensors, parameters, bytes))| {
-            json!({
-                "type": ty,
-                "tensors": tensors,
-                "parameters": parameters,
-                "bytes": bytes,
-                "bits_per_weight": (parameters > 0).then(|| bytes as f64 * 8.0 / parameters as f64),
-            })
-        })
-        .collect()
+    let mut rows: Vec<TypeTotal> = by_type
+        .into_iter()
+        .map(|(ty, (tensors, parameters, bytes))| TypeTotal { ty: ty.to_string(), tensors, parameters, bytes })
+        .collect();
+    rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.ty.cmp(&b.ty)));
+    rows
+}
+
+fn type_json(total: &TypeTotal) -> Value {
+    json!({
+        "type": total.ty,
+        "tensors": total.tensors,
+        "parameters": total.parameters,
+        "bytes": total.bytes,
+        "bits_per_weight": total.bits_per_weight(),
+    })
 }
 
 fn entry_json(archive: &Archive, path: &Path, entry: &Entry) -> Value {
@@ -440,45 +624,21 @@ fn quant_map(entries: &[Entry]) -> Value {
     json!({ "roles": roles, "layers": layers, "cells": cells })
 }
 
-/// Every tensor's statistics, named by the entry that carries its values, with why it is
-/// flagged.
-fn stats(
-    path: &Path,
-    archive: &Archive,
-    folder: Option<&QuantizedFolder>,
-    progress: bool,
-) -> Result<Vec<Value>, CliError> {
-    let collected = crate::stats::collect(path, archive, folder, progress)?;
-    Ok(collected
-        .into_iter()
-        .map(|mut stats| {
-            // An encoded weight's statistics are named by its stem; the page finds the entry.
-            let weight = format!("{}.weight", stats.name);
-            if !archive.contains(&stats.name) && archive.contains(&weight) {
-                stats.name = weight;
-            }
-            let outlier = outlier(&stats);
-            let mut value = serde_json::to_value(&stats).expect("stats serialize");
-            value["outlier"] = json!(outlier);
-            value
-        })
-        .collect())
+/// A tensor's statistics with what is wrong with it (`problem`: NaN, infinities, a weight of
+/// zeros) and its far tails (`outlier`, a note).
+fn stats_json(stats: &TensorStats) -> Value {
+    let mut value = serde_json::to_value(stats).expect("stats serialize");
+    value["problem"] = json!(stats.problem());
+    value["outlier"] = json!(outlier(stats));
+    value
 }
 
-/// Why a tensor is flagged: NaN or infinite values, only zeros, or a value far in the tails.
-fn outlier(stats: &nnx::stats::TensorStats) -> Option<String> {
-    if stats.nans > 0 || stats.infs > 0 {
-        return Some(format!("{} NaN, {} infinite", stats.nans, stats.infs));
-    }
-    if stats.count > 0 && stats.zero_fraction == 1.0 {
-        return Some("all zeros".to_string());
-    }
-    let deviation = (stats.max - stats.mean).abs().max((stats.min - stats.mean).abs());
-    (stats.count >= 1024 && stats.std > 0.0 && deviation >= OUTLIER_SIGMAS * stats.std).then(|| {
-        let value =
-            if (stats.max - stats.mean).abs() >= (stats.min - stats.mean).abs() { stats.max } else { stats.min };
-        format!("value {value:.4} lies {:.0} std from the mean", deviation / stats.std)
-    })
+/// The value of a tensor that lies far in its tails, when one does: [`OUTLIER_SIGMAS`] or
+/// more standard deviations from the mean, in a tensor of 1024 values or more.
+fn outlier(stats: &TensorStats) -> Option<String> {
+    let (sigmas, value) = stats.farthest()?;
+    (stats.count >= 1024 && sigmas >= OUTLIER_SIGMAS)
+        .then(|| format!("value {value:.4} lies {sigmas:.0} std from the mean"))
 }
 
 /// The first ten of `items`, joined, and how many more there are: a finding names a few and
@@ -488,23 +648,22 @@ fn first_ten(items: &[impl std::fmt::Display]) -> String {
     if items.len() > 10 { format!("{listed} and {} more", items.len() - 10) } else { listed }
 }
 
-/// What the statistics found: NaN or infinities (errors), all-zero tensors and far tails
-/// (warnings), each kind in one finding that names the first tensors.
-fn stats_findings(stats: &[Value]) -> Vec<Value> {
-    let name = |stats: &&Value| stats["name"].as_str().unwrap_or_default().to_string();
-    let named = |names: Vec<String>| first_ten(&names.iter().map(|name| format!("`{name}`")).collect::<Vec<_>>());
+/// What the statistics found, each kind in one finding that names the first tensors: NaN or
+/// infinities (errors), weights of zeros (warnings), and as information the biases and norms
+/// that are zeros and the tensors with far tails, both usual in trained models.
+pub fn stats_findings(stats: &[TensorStats]) -> Vec<Value> {
+    let named = |names: Vec<String>| first_ten(&names);
+    let quoted = |stats: &TensorStats| format!("`{}`", stats.name);
     let broken: Vec<String> = stats
         .iter()
-        .filter(|stats| stats["nans"].as_u64() > Some(0) || stats["infs"].as_u64() > Some(0))
-        .map(|stats| format!("{} ({} NaN, {} infinite)", name(&stats), stats["nans"], stats["infs"]))
+        .filter(|stats| stats.nans > 0 || stats.infs > 0)
+        .map(|stats| format!("{} ({} NaN, {} infinite)", quoted(stats), stats.nans, stats.infs))
         .collect();
     let zeros: Vec<String> =
-        stats.iter().filter(|stats| stats["outlier"].as_str() == Some("all zeros")).map(|s| name(&s)).collect();
-    let tails: Vec<String> = stats
-        .iter()
-        .filter(|stats| stats["outlier"].as_str().is_some_and(|why| why.starts_with("value")))
-        .map(|s| name(&s))
-        .collect();
+        stats.iter().filter(|stats| stats.problem().as_deref() == Some("all zeros")).map(quoted).collect();
+    let zero_vectors: Vec<String> =
+        stats.iter().filter(|stats| stats.all_zeros() && stats.zeros_are_normal()).map(quoted).collect();
+    let tails: Vec<String> = stats.iter().filter(|stats| outlier(stats).is_some()).map(quoted).collect();
     let mut findings = Vec::new();
     if !broken.is_empty() {
         findings
@@ -513,18 +672,29 @@ fn stats_findings(stats: &[Value]) -> Vec<Value> {
     if !zeros.is_empty() {
         findings.push(finding("warning", format!("{} tensors are all zeros: {}", zeros.len(), named(zeros))));
     }
+    if findings.is_empty() {
+        findings
+            .push(finding("ok", format!("{} tensors: no NaN, no infinities, no weight matrix of zeros", stats.len())));
+    }
+    if !zero_vectors.is_empty() {
+        findings.push(finding(
+            "info",
+            format!(
+                "{} biases or norm vectors are all zeros, as a trained model may have them: {}",
+                zero_vectors.len(),
+                named(zero_vectors)
+            ),
+        ));
+    }
     if !tails.is_empty() {
         findings.push(finding(
-            "warning",
+            "info",
             format!(
-                "{} tensors have values {OUTLIER_SIGMAS} or more std from their mean: {}",
+                "{} tensors have values {OUTLIER_SIGMAS} or more std from their mean, as trained language models have (a few outlier features): {}",
                 tails.len(),
                 named(tails)
             ),
         ));
-    }
-    if findings.is_empty() {
-        findings.push(finding("ok", format!("{} tensors: no NaN, no infinities, none all zeros", stats.len())));
     }
     findings
 }

@@ -19,42 +19,85 @@ pub enum DeviceChoice {
     Gpu,
 }
 
-/// The arguments of `nnx run`.
+/// The arguments of `nnx run`. The short forms and names are llama.cpp's (`-m`, `-p`, `-n`,
+/// `--temp`, `-c`, `-t`, `-s`, `--repeat-penalty`) and mlx-lm's (`--max-tokens`, `--min-p`),
+/// so that commands people already type work.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("model_source").args(["model", "model_flag"]).required(true)))]
 pub struct Args {
     /// A GGUF file, a transformers or mlx-community folder, or an `hf://` path to either.
-    model: String,
-    /// The text to continue (or, with `--chat`, the user's message). Without it, each line
-    /// read from stdin is a turn of a chat (through the model's chat template when it has one,
-    /// keeping the conversation; each line continued on its own when it has none), until the
-    /// end of the input.
-    #[arg(long)]
+    #[arg(value_name = "MODEL")]
+    model: Option<String>,
+    /// The model, as llama.cpp's `-m` gives it (instead of the positional MODEL).
+    #[arg(short = 'm', long = "model", value_name = "MODEL", conflicts_with = "model")]
+    model_flag: Option<String>,
+    /// The user's message: sent through the model's chat template when it has one (with
+    /// `--raw`, continued as plain text). Without it (and without `--file`), each line read
+    /// from stdin is a turn of a chat, keeping the conversation, until the end of the input.
+    #[arg(short = 'p', long)]
     prompt: Option<String>,
-    /// The most tokens to generate per turn.
-    #[arg(long, default_value_t = 128)]
-    max_new_tokens: usize,
-    /// Sampling temperature; 0 is greedy. Default: the model's `generation_config.json`
-    /// (greedy when it has none, or when it does not sample).
-    #[arg(long)]
-    temperature: Option<f32>,
-    /// Draw only among the K most likely tokens. Given without `--temperature` to a model that
-    /// does not sample, it samples at temperature 1.
-    #[arg(long, value_name = "K")]
-    top_k: Option<usize>,
-    /// Draw only among the most likely tokens whose probability reaches P, in (0, 1]. Given
-    /// without `--temperature` to a model that does not sample, it samples at temperature 1.
-    #[arg(long, value_name = "P")]
-    top_p: Option<f32>,
-    /// The seed of the draws: the same seed, model and prompt give the same text.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Where the model computes.
-    #[arg(long, value_enum, default_value_t = DeviceChoice::Cpu)]
-    device: DeviceChoice,
-    /// Send the prompt as one user message through the model's chat template, and stop at its
-    /// end-of-turn markers too.
+    /// Read the prompt from this file (as `--prompt` takes it).
+    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with = "prompt")]
+    prompt_file: Option<std::path::PathBuf>,
+    /// Skip the chat template: the prompt is continued as plain text.
+    #[arg(long, conflicts_with = "chat")]
+    raw: bool,
+    /// Refuse a model without a chat template instead of continuing the prompt as plain text
+    /// (the template is used by default when the model has one).
     #[arg(long)]
     chat: bool,
+    /// A system message placed before the user's through the chat template.
+    #[arg(long, value_name = "TEXT", alias = "system-prompt", conflicts_with = "raw")]
+    system: Option<String>,
+    /// The most tokens to generate per turn; -1 (any negative number) generates until the
+    /// context is full or the model ends its turn.
+    #[arg(
+        short = 'n',
+        long = "max-new-tokens",
+        visible_aliases = ["n-predict", "max-tokens"],
+        default_value_t = 128,
+        allow_negative_numbers = true
+    )]
+    max_new_tokens: i64,
+    /// Sampling temperature; 0 or below is greedy. Default: the model's
+    /// `generation_config.json` (greedy when it has none, or when it does not sample).
+    #[arg(long, visible_alias = "temp", allow_negative_numbers = true)]
+    temperature: Option<f32>,
+    /// Draw only among the K most likely tokens (0 or below: no limit). Given without
+    /// `--temperature` to a model that does not sample, it samples at temperature 1.
+    #[arg(long, value_name = "K", allow_negative_numbers = true)]
+    top_k: Option<i64>,
+    /// Draw only among the most likely tokens whose probability reaches P, in (0, 1] (1: no
+    /// limit). Given without `--temperature` to a model that does not sample, it samples at
+    /// temperature 1.
+    #[arg(long, value_name = "P")]
+    top_p: Option<f32>,
+    /// Draw only among the tokens at least P times as likely as the most likely one, in
+    /// [0, 1] (0: no limit), as llama.cpp's min-p. Given without `--temperature` to a model
+    /// that does not sample, it samples at temperature 1.
+    #[arg(long, value_name = "P")]
+    min_p: Option<f32>,
+    /// Divides the positive logits (multiplies the negative ones) of every token already in
+    /// the sequence; 1 is none. Default: the model's `generation_config.json`. nnx penalizes
+    /// the whole sequence, as transformers does, not llama.cpp's last 64 tokens.
+    #[arg(long, visible_alias = "repetition-penalty", value_name = "X")]
+    repeat_penalty: Option<f32>,
+    /// Also stop when the text contains this string (repeat it for several).
+    #[arg(long, value_name = "TEXT")]
+    stop: Vec<String>,
+    /// The seed of the draws: the same seed, model and prompt give the same text.
+    #[arg(short = 's', long, default_value_t = 0)]
+    seed: u64,
+    /// The context in tokens, prompt and generated text together (0: the model's own; at most
+    /// the model's).
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    ctx_size: Option<usize>,
+    /// The CPU threads that compute (default: one per core).
+    #[arg(short = 't', long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Where the model computes.
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Cpu)]
+    pub device: DeviceChoice,
     /// Print nothing while generating, then one JSON object (a line per turn of a chat):
     /// `prompt_ids`, `generated_ids`, `text` (the generated text only), `prefill_tokens_per_s`
     /// and `decode_tokens_per_s`.
@@ -65,6 +108,13 @@ pub struct Args {
     /// repeat it for several, merged in turn.
     #[arg(long, value_name = "ADAPTER[:SCALE]")]
     lora: Vec<String>,
+}
+
+impl Args {
+    /// The model, positional or `-m`.
+    fn model(&self) -> &str {
+        self.model.as_deref().or(self.model_flag.as_deref()).unwrap_or_default()
+    }
 }
 
 /// The adapters of `--lora`, each with its multiplier (1 unless `:SCALE` ends the argument).
@@ -86,56 +136,77 @@ fn adapters(args: &Args) -> Result<Vec<(nnx::adapter::Adapter, f32)>, CliError> 
 
 /// Loads the model on the chosen device and generates.
 pub fn run(args: Args) -> Result<String, CliError> {
+    let model = args.model();
     match args.device {
-        DeviceChoice::Cpu if args.lora.is_empty() => generate(&nnx::models::load(&args.model)?, &args),
-        DeviceChoice::Cpu => generate(&nnx::models::load_with_adapters(&args.model, &adapters(&args)?)?, &args),
+        DeviceChoice::Cpu if args.lora.is_empty() => generate(&nnx::models::load(model)?, &args),
+        DeviceChoice::Cpu => generate(&nnx::models::load_with_adapters(model, &adapters(&args)?)?, &args),
         DeviceChoice::Gpu => run_on_gpu(&args),
     }
 }
 
-/// Loads the model onto adapter `NNX_GPU` (0 by default) and generates there.
+/// Loads the model onto adapter `NNX_GPU` (0 by default) and generates there. The adapter is
+/// named on stderr, with a warning when it is a CPU or software one (Mesa's lavapipe, say):
+/// those run far slower than `--device cpu`.
 #[cfg(feature = "gpu")]
 fn run_on_gpu(args: &Args) -> Result<String, CliError> {
     let index = std::env::var("NNX_GPU").ok().and_then(|index| index.parse().ok()).unwrap_or(0);
     let gpu = nnx::Gpu::open(index)
         .map_err(|error| CliError(format!("`--device gpu`: {error}; run on the CPU with `--device cpu`")))?;
-    if args.lora.is_empty() {
-        return generate(&nnx::models::load_on(&args.model, &gpu)?, args);
+    eprintln!("nnx: running on GPU adapter {}", gpu.description());
+    if gpu.is_software() {
+        eprintln!(
+            "nnx: warning: adapter {index} computes on the CPU (a software driver): expect it to be much slower \
+             than `--device cpu`; pick another adapter with `NNX_GPU=INDEX`, or run with `--device cpu`"
+        );
     }
-    generate(&nnx::models::load_on_with_adapters(&args.model, &gpu, &adapters(args)?)?, args)
+    if args.lora.is_empty() {
+        return generate(&nnx::models::load_on(args.model(), &gpu)?, args);
+    }
+    generate(&nnx::models::load_on_with_adapters(args.model(), &gpu, &adapters(args)?)?, args)
 }
 
 /// Without the `gpu` feature: the error that says so.
 #[cfg(not(feature = "gpu"))]
 fn run_on_gpu(_: &Args) -> Result<String, CliError> {
     Err(CliError(
-        "`--device gpu`: this nnx was built without the `gpu` feature; rebuild nnx-cli with it, or run with `--device cpu`"
+        "`--device gpu`: this nnx was built without the `gpu` feature; install it with \
+         `cargo install --path nnx-cli --features gpu`, or run with `--device cpu`"
             .into(),
     ))
 }
 
+/// Whether the prompt goes through the model's chat template: when it has one, unless `--raw`.
+fn templated<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> bool {
+    loaded.chat_template.is_some() && !args.raw
+}
+
 /// The settings of one turn: the model's end-of-sequence ids and sampling defaults, with the
-/// flags over them.
+/// flags over them. `max_new_tokens` is set per turn ([`budget`]).
 fn settings<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> Result<GenerationConfig, CliError> {
+    // llama.cpp's conventions: 0 or below is no limit for top-k, 1 for top-p, 0 for min-p.
+    let top_k = args.top_k.map(|k| usize::try_from(k).unwrap_or(0)).filter(|&k| k > 0);
+    let top_p = args.top_p.filter(|&p| p != 1.0);
+    let min_p = args.min_p.filter(|&p| p != 0.0);
+    let limited = args.top_k.is_some() || args.top_p.is_some() || args.min_p.is_some();
     let sampling = match (args.temperature, loaded.generation.sampling) {
-        (Some(0.0), _) => Sampling::Greedy,
-        (Some(temperature), _) => Sampling::Random { temperature, top_k: args.top_k, top_p: args.top_p },
-        (None, Sampling::Random { temperature, top_k, top_p }) => {
-            Sampling::Random { temperature, top_k: args.top_k.or(top_k), top_p: args.top_p.or(top_p) }
+        // A temperature of 0 or below is greedy, as in llama.cpp (NaN is refused by `check`).
+        (Some(temperature), _) if temperature <= 0.0 => Sampling::Greedy,
+        (Some(temperature), _) => Sampling::Random { temperature, top_k, top_p, min_p },
+        (None, Sampling::Random { temperature, top_k: file_k, top_p: file_p, min_p: file_min }) => {
+            let top_k = if args.top_k.is_some() { top_k } else { file_k };
+            let top_p = if args.top_p.is_some() { top_p } else { file_p };
+            let min_p = if args.min_p.is_some() { min_p } else { file_min };
+            Sampling::Random { temperature, top_k, top_p, min_p }
         }
-        (None, Sampling::Greedy) if args.top_k.is_some() || args.top_p.is_some() => {
-            Sampling::Random { temperature: 1.0, top_k: args.top_k, top_p: args.top_p }
-        }
+        (None, Sampling::Greedy) if limited => Sampling::Random { temperature: 1.0, top_k, top_p, min_p },
         (None, Sampling::Greedy) => Sampling::Greedy,
     };
-    let mut config = GenerationConfig {
-        max_new_tokens: args.max_new_tokens,
-        sampling,
-        seed: args.seed,
-        ..loaded.generation.clone()
-    };
+    let mut config = GenerationConfig { sampling, seed: args.seed, ..loaded.generation.clone() };
+    if let Some(penalty) = args.repeat_penalty {
+        config.repetition_penalty = penalty;
+    }
     if let Some(template) = &loaded.chat_template
-        && (args.chat || args.prompt.is_none())
+        && templated(loaded, args)
     {
         config.stop_strings = template.stop_strings();
         // A marker that is one token of the vocabulary (`<|eot_id|>`) ends the turn as that
@@ -153,8 +224,59 @@ fn settings<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> Result<Generatio
             }
         }
     }
+    for stop in &args.stop {
+        if stop.is_empty() {
+            return Err(CliError("`--stop`: the stop string is empty: give the text that ends the turn".into()));
+        }
+        config.stop_strings.push(stop.clone());
+    }
     config.check()?;
     Ok(config)
+}
+
+/// The context of the run in tokens: `--ctx-size` (0 or absent: the model's), at most the
+/// model's own, with a note when the flag asked for more.
+fn context<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> usize {
+    let own = loaded.model.context_length();
+    match args.ctx_size.filter(|&size| size > 0) {
+        Some(size) if size > own => {
+            eprintln!("nnx: `--ctx-size {size}` is past the model's context of {own} tokens: using {own}");
+            own
+        }
+        Some(size) => size,
+        None => own,
+    }
+}
+
+/// The tokens a turn may generate after `prompt` tokens: `--max-new-tokens` (negative: no
+/// limit), within what the context leaves.
+fn budget(args: &Args, context: usize, prompt: usize) -> usize {
+    let left = context.saturating_sub(prompt);
+    usize::try_from(args.max_new_tokens).map_or(left, |wanted| wanted.min(left))
+}
+
+/// The prompt of `--prompt` or `--file`, if any. The file is read whole: a prompt longer than
+/// any context is refused before it is tokenized.
+fn prompt_text(args: &Args) -> Result<Option<String>, CliError> {
+    /// Far more text than any model's context holds.
+    const MAX_PROMPT_FILE: u64 = 64 << 20;
+    let Some(path) = &args.prompt_file else { return Ok(args.prompt.clone()) };
+    let io = |source| nnx::Error::Io { action: "read", path: path.clone(), source };
+    let size = std::fs::metadata(path).map_err(io)?.len();
+    if size > MAX_PROMPT_FILE {
+        return Err(CliError(format!(
+            "`--file {}` is {size} bytes, more than the {MAX_PROMPT_FILE} bytes nnx reads as a prompt: give a \
+             shorter prompt",
+            path.display()
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    Ok(Some(text))
+}
+
+/// The opening messages of a chat: `--system`'s, if any.
+fn opening(args: &Args) -> Vec<Message> {
+    args.system.iter().map(|system| Message::new("system", system.as_str())).collect()
 }
 
 /// The ids of a rendered chat template, as llama.cpp takes them
@@ -242,13 +364,17 @@ fn write_text(out: &mut impl Write, text: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-/// The speeds line printed after each turn, on stderr.
+/// The speeds line printed after each turn, on stderr. A turn that ended with the token the
+/// prompt's pass chose had no decoding step to time: it shows no decoding speed.
 fn report(prompt: usize, turn: &Turn) {
+    let decode = match turn.timings.decode_tokens {
+        0 => String::new(),
+        _ => format!(", {:.1} tok/s", turn.timings.decode_tokens_per_second()),
+    };
     eprintln!(
-        "prompt: {prompt} tokens, {:.1} tok/s; generated: {} tokens, {:.1} tok/s",
+        "prompt: {prompt} tokens, {:.1} tok/s; generated: {} tokens{decode}",
         turn.timings.prefill_tokens_per_second(),
         turn.generated.len(),
-        turn.timings.decode_tokens_per_second(),
     );
 }
 
@@ -264,31 +390,40 @@ fn json_report(prompt_ids: &[u32], turn: &Turn) -> String {
     serde_json::to_string(&value).expect("the report serializes")
 }
 
-/// Generates after `--prompt` (through the template with `--chat`), or chats over stdin.
+/// Generates after `--prompt` or `--file` (through the chat template unless `--raw` or the
+/// model has none), or chats over stdin.
 fn generate<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> Result<String, CliError> {
-    if args.chat && loaded.chat_template.is_none() {
-        return Err(CliError(format!(
-            "`--chat`: `{}` has no chat template; run without `--chat` to continue the prompt as plain text",
-            args.model
-        )));
+    if loaded.chat_template.is_none() {
+        let flag = if args.chat { Some("--chat") } else { args.system.as_ref().map(|_| "--system") };
+        if let Some(flag) = flag {
+            return Err(CliError(format!(
+                "`{flag}`: `{}` has no chat template; run without `{flag}` to continue the prompt as plain text",
+                args.model()
+            )));
+        }
     }
     let config = settings(loaded, args)?;
-    let Some(prompt) = &args.prompt else { return chat_loop(loaded, args, config) };
-    let prompt_ids = match (&loaded.chat_template, args.chat) {
-        (Some(template), true) => chat_ids(loaded, &template.render(&[Message::new("user", prompt.as_str())], true)?)?,
-        _ => loaded.tokenizer.encode(prompt)?,
+    let context = context(loaded, args);
+    let Some(prompt) = prompt_text(args)? else { return chat_loop(loaded, args, config, context) };
+    let prompt_ids = match &loaded.chat_template {
+        Some(template) if templated(loaded, args) => {
+            let mut messages = opening(args);
+            messages.push(Message::new("user", prompt.as_str()));
+            chat_ids(loaded, &template.render(&messages, true)?)?
+        }
+        _ => loaded.tokenizer.encode(&prompt)?,
     };
     if prompt_ids.is_empty() {
         return Err(CliError("the prompt has no tokens: give a prompt of some text".into()));
     }
-    let context = loaded.model.context_length();
     if prompt_ids.len() > context {
         return Err(CliError(format!(
             "the prompt is {} tokens, longer than the context of {context} tokens of `{}`: give a shorter prompt",
             prompt_ids.len(),
-            args.model
+            args.model()
         )));
     }
+    let config = GenerationConfig { max_new_tokens: budget(args, context, prompt_ids.len()), ..config };
     let turn = turn(loaded, &prompt_ids, config, args.json)?;
     if !args.json {
         report(prompt_ids.len(), &turn);
@@ -298,12 +433,17 @@ fn generate<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> Result<String, C
 }
 
 /// A chat read from stdin, a line per turn, until its end: through the chat template when the
-/// model has one (the whole conversation rendered each turn), else each line continued alone.
-/// With `--json`, one object per turn.
-fn chat_loop<D: Device>(loaded: &LoadedModel<D>, args: &Args, config: GenerationConfig) -> Result<String, CliError> {
+/// model has one and `--raw` is not given (the whole conversation rendered each turn), else
+/// each line continued alone. With `--json`, one object per turn.
+fn chat_loop<D: Device>(
+    loaded: &LoadedModel<D>,
+    args: &Args,
+    config: GenerationConfig,
+    context: usize,
+) -> Result<String, CliError> {
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal() && !args.json;
-    let mut messages = Vec::new();
+    let mut messages = opening(args);
     let mut lines = stdin.lock().lines();
     loop {
         if interactive {
@@ -314,26 +454,26 @@ fn chat_loop<D: Device>(loaded: &LoadedModel<D>, args: &Args, config: Generation
             continue;
         }
         let prompt_ids = match &loaded.chat_template {
-            Some(template) => {
+            Some(template) if templated(loaded, args) => {
                 messages.push(Message::new("user", line));
                 chat_ids(loaded, &template.render(&messages, true)?)?
             }
-            None => loaded.tokenizer.encode(&line)?,
+            _ => loaded.tokenizer.encode(&line)?,
         };
-        if prompt_ids.len() >= loaded.model.context_length() {
+        if prompt_ids.len() >= context {
             return Err(CliError(format!(
-                "the conversation is {} tokens, past the model's context of {}: start a new one",
+                "the conversation is {} tokens, past the context of {context} tokens: start a new one",
                 prompt_ids.len(),
-                loaded.model.context_length()
             )));
         }
-        let turn = turn(loaded, &prompt_ids, config.clone(), args.json)?;
+        let config = GenerationConfig { max_new_tokens: budget(args, context, prompt_ids.len()), ..config.clone() };
+        let turn = turn(loaded, &prompt_ids, config, args.json)?;
         if args.json {
             println!("{}", json_report(&prompt_ids, &turn));
         } else {
             report(prompt_ids.len(), &turn);
         }
-        if loaded.chat_template.is_some() {
+        if templated(loaded, args) {
             messages.push(Message::new("assistant", turn.text.trim()));
         }
     }

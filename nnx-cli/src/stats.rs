@@ -2,7 +2,8 @@
 //! deviation, largest magnitude, zero fraction, NaN and infinity counts and a compact
 //! histogram ([`nnx::stats`]), computed in parallel over the mapped file; quantized weights
 //! (MLX affine, SEED, GGUF blocks) are decoded on the way. `--check` fails (exit 1) when a
-//! tensor holds NaN or infinities or only zeros.
+//! tensor holds NaN or infinities, or when a weight (a matrix or an embedding) holds only zeros:
+//! a bias or a norm vector of zeros is normal ([`TensorStats::zeros_are_normal`]).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,8 @@ pub struct Args {
     /// Print one JSON object: `{"tensors": [...]}` with every field of each tensor.
     #[arg(long)]
     json: bool,
-    /// Exit with status 1 when a tensor holds NaN or infinite values or only zeros.
+    /// Exit with status 1 when a tensor holds NaN or infinite values, or a weight matrix or
+    /// embedding only zeros (biases and norm vectors may be zeros).
     #[arg(long)]
     check: bool,
 }
@@ -45,7 +47,12 @@ pub fn run(args: Args) -> Result<(String, bool), CliError> {
         let value = serde_json::json!({ "path": path.display().to_string(), "tensors": tensors });
         return Ok((serde_json::to_string(&value).expect("stats serialize") + "\n", fails));
     }
-    Ok((table(&tensors, &flagged), fails))
+    let mut out = table(&tensors, false);
+    for stats in flagged {
+        let problem = stats.problem().unwrap_or_default();
+        let _ = writeln!(out, "check: `{}`: {problem}", nnx::text::printable(&stats.name));
+    }
+    Ok((out, fails))
 }
 
 /// The folder's quantized weights, when `path` is a folder of MLX affine or SEED weights.
@@ -147,20 +154,34 @@ fn sparkline(histogram: &[u64]) -> String {
         .collect()
 }
 
-fn table(tensors: &[TensorStats], flagged: &[&TensorStats]) -> String {
+/// The statistics as a table, a tensor a line, and the totals; shapes in ggml's order (`ne`,
+/// the fastest axis first, as `gguf-dump` prints them) when `ggml_order`, else row-major.
+pub fn table(tensors: &[TensorStats], ggml_order: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<44} {:<10} {:>14} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6} {:>5} {:>5}  histogram",
-        "name", "dtype", "shape", "min", "max", "mean", "std", "absmax", "zero%", "nan", "inf"
+        "{:<44} {:<10} {:>16} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6} {:>5} {:>5}  histogram",
+        "name",
+        "dtype",
+        if ggml_order { "shape (ggml ne)" } else { "shape" },
+        "min",
+        "max",
+        "mean",
+        "std",
+        "absmax",
+        "zero%",
+        "nan",
+        "inf"
     );
     for stats in tensors {
         let name = nnx::text::printable(&stats.name);
+        let shape: Vec<usize> =
+            if ggml_order { stats.shape.iter().rev().copied().collect() } else { stats.shape.clone() };
         let _ = writeln!(
             out,
-            "{name:<44} {:<10} {:>14} {:>11.4e} {:>11.4e} {:>11.4e} {:>11.4e} {:>11.4e} {:>6.2} {:>5} {:>5}  {}",
+            "{name:<44} {:<10} {:>16} {:>11.4e} {:>11.4e} {:>11.4e} {:>11.4e} {:>11.4e} {:>6.2} {:>5} {:>5}  {}",
             stats.encoding,
-            format!("{:?}", stats.shape),
+            format!("{shape:?}"),
             stats.min,
             stats.max,
             stats.mean,
@@ -174,13 +195,5 @@ fn table(tensors: &[TensorStats], flagged: &[&TensorStats]) -> String {
     }
     let values = tensors.iter().fold(0u64, |total, stats| total.saturating_add(stats.count));
     let _ = writeln!(out, "total: {} tensors, {values} values", tensors.len());
-    for stats in flagged {
-        let why = if stats.nans > 0 || stats.infs > 0 {
-            format!("{} NaN, {} infinite", stats.nans, stats.infs)
-        } else {
-            "all zeros".to_string()
-        };
-        let _ = writeln!(out, "check: `{}`: {why}", nnx::text::printable(&stats.name));
-    }
     out
 }

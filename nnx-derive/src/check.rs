@@ -22,6 +22,7 @@ pub fn check(cx: &Ctxt, container: &Container<'_>) {
     }
     check_split_siblings(cx, container);
     check_unique_segments(cx, container);
+    check_tie_sibling(cx, container);
 }
 
 /// Why a dotted path is not valid, if it is not: it must be non-empty with non-empty segments.
@@ -266,6 +267,59 @@ fn check_unique_segments(cx: &Ctxt, container: &Container<'_>) {
     }
 }
 
+/// A `tie` path of one segment names a field of the import root: of this struct, which is that
+/// root (a nested module ties to a root field of its own name, never to one of another type's
+/// single segments). So the segment must be a walked sibling other than the field itself, and a
+/// misspelt name fails here, with the closest sibling, instead of at import.
+fn check_tie_sibling(cx: &Ctxt, container: &Container<'_>) {
+    let walked: Vec<(String, &Field<'_>)> =
+        container.fields.iter().filter(|field| field.is_walked()).map(|field| (field.segment(), field)).collect();
+    for field in &container.fields {
+        let Some(tie) = &field.attrs.tie else { continue };
+        let path = tie.value();
+        if path.contains('.') || path_problem(&path).is_some() {
+            continue;
+        }
+        if path == field.segment() {
+            cx.error_spanned_by(
+                &tie.lit,
+                format!("`tie = \"{path}\"` names this field itself: name the field whose tensor it shares"),
+            );
+            continue;
+        }
+        let siblings: Vec<&str> = walked
+            .iter()
+            .filter(|(segment, sibling)| {
+                !std::ptr::eq(*sibling, field) && sibling.attrs.tie.is_none() && !segment.is_empty()
+            })
+            .map(|(segment, _)| segment.as_str())
+            .collect();
+        if walked.iter().any(|(segment, sibling)| *segment == path && !std::ptr::eq(*sibling, field)) {
+            continue;
+        }
+        let closest = siblings
+            .iter()
+            .map(|segment| (strsim::levenshtein(segment, &path), *segment))
+            // The closeness of nnx's own did-you-mean at import.
+            .filter(|(distance, _)| *distance <= (path.chars().count() / 3).clamp(1, 4))
+            .min();
+        let hint = match closest {
+            Some((_, segment)) => format!("did you mean `{segment}`?"),
+            None if siblings.is_empty() => "it has no field to share a tensor with".to_string(),
+            None => {
+                format!("its fields are {}", siblings.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", "))
+            }
+        };
+        cx.error_spanned_by(
+            &tie.lit,
+            format!(
+                "`tie = \"{path}\"` names no field of this struct: {hint} (a tie names a field by its path from the \
+                 import root; a path of several segments, such as `model.embed_tokens`, reaches into a nested one)"
+            ),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use quote::quote;
@@ -282,6 +336,75 @@ mod tests {
             Ok(()) => Vec::new(),
             Err(errors) => errors.into_iter().map(|error| error.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn a_one_segment_tie_names_a_walked_sibling() {
+        let errors = mistakes(quote!(
+            struct Mlp {
+                fc1: Linear,
+                fc2: Linear,
+                #[nnx(tie = "fc3")]
+                head: Linear,
+            }
+        ));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("`tie = \"fc3\"` names no field of this struct: did you mean `fc1`?"),
+            "{errors:?}"
+        );
+        let accepted = [
+            quote!(
+                struct M {
+                    wte: T,
+                    #[nnx(tie = "wte")]
+                    head: T,
+                }
+            ),
+            quote!(
+                struct M {
+                    #[nnx(rename = "embed")]
+                    wte: T,
+                    #[nnx(tie = "embed")]
+                    head: T,
+                }
+            ),
+            quote!(
+                struct M {
+                    #[nnx(tie = "model.embed_tokens")]
+                    head: T,
+                }
+            ),
+        ];
+        for input in accepted {
+            assert!(mistakes(input.clone()).is_empty(), "{input}");
+        }
+        let skipped = mistakes(quote!(
+            struct M {
+                #[nnx(skip)]
+                wte: T,
+                #[nnx(tie = "wte")]
+                head: T,
+            }
+        ));
+        assert!(skipped[0].contains("it has no field to share a tensor with"), "{skipped:?}");
+        let far = mistakes(quote!(
+            struct M {
+                first: T,
+                second: T,
+                #[nnx(tie = "lm_head")]
+                head: T,
+            }
+        ));
+        assert!(far[0].contains("its fields are `first`, `second`"), "{far:?}");
+        let itself = mistakes(quote!(
+            struct M {
+                wte: T,
+                #[nnx(tie = "head")]
+                head: T,
+            }
+        ));
+        assert!(itself[0].contains("names this field itself"), "{itself:?}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nnx_core::__private::{compare_specs, for_each_entry, for_each_entry_mut, join, suggest, under_prefix};
+use nnx_core::error::{Problem, ProblemKind};
 use nnx_core::{DType, FlatStateDict, LoadAction, LoadError, Module, Tensor, TensorSpec, module_specs};
 
 use crate::error::{Error, Result, ShardProblem, UnsavableProblem};
@@ -143,6 +144,18 @@ impl Archive {
         #[cfg(feature = "remote")]
         if let Some(url) = path.to_str().filter(|text| crate::remote::is_remote(text)) {
             return Archive::open_remote(url, &crate::remote::RemoteOptions::default());
+        }
+        #[cfg(not(feature = "remote"))]
+        if let Some((scheme, rest)) = path.to_str().and_then(|text| text.split_once("://"))
+            && ["s3", "gs", "gcs", "az", "azure", "http", "https"].contains(&scheme.to_ascii_lowercase().as_str())
+        {
+            // Without the feature, `s3://...` would be looked for as a local folder named `s3:`.
+            // The location is named without credentials or a query (a presigned URL's signature).
+            let rest = rest.split(['?', '#']).next().unwrap_or_default();
+            let (authority, object) = rest.split_once('/').unwrap_or((rest, ""));
+            let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+            let url = format!("{scheme}://{host}/{object}");
+            return Err(Error::Remote { url, problem: nnx_core::error::RemoteProblem::NotBuilt });
         }
         Archive::build(format::detect(path)?)
     }
@@ -600,7 +613,12 @@ impl Archive {
             for spec in &mut expected {
                 spec.name = join(prefix, &spec.name);
             }
-            let problems = compare_specs(&expected, &self.specs(prefix)?, true);
+            let mut problems = compare_specs(&expected, &self.specs(prefix)?, true);
+            if owned == 0 && !prefix.is_empty() && !names.is_empty() {
+                let kind =
+                    ProblemKind::PrefixNotFound { prefix: prefix.to_string(), suggestion: self.prefix_of(module) };
+                problems.insert(0, Problem::new("", kind));
+            }
             if !problems.is_empty() {
                 let source = self.origin.clone();
                 return Err(LoadError {
@@ -620,6 +638,34 @@ impl Archive {
             }
         });
         Ok(())
+    }
+
+    /// The prefix under which this archive holds the first of `module`'s names (`""` for none),
+    /// if every other name is there too: what a load given another prefix meant.
+    fn prefix_of<M: Module + ?Sized>(&self, module: &M) -> Option<String> {
+        let mut first = None;
+        for_each_entry(module, |entry, _| {
+            if first.is_none() {
+                first = Some(entry.name.to_string());
+            }
+        });
+        let first = first?;
+        let suffix = format!(".{first}");
+        let candidates = self.names.iter().filter_map(|name| {
+            if *name == first { Some(String::new()) } else { name.strip_suffix(&suffix).map(str::to_string) }
+        });
+        let mut found = None;
+        // A few candidates are enough for a real file; a hostile one of many look-alike names
+        // costs no more.
+        for candidate in candidates.take(64) {
+            let mut all = true;
+            for_each_entry(module, |entry, _| all = all && self.contains(&join(&candidate, entry.name)));
+            if all {
+                found = Some(candidate);
+                break;
+            }
+        }
+        found
     }
 
     /// Reads entries at once, each whole or a box of it (see [`source::read_batch`]).

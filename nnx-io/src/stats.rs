@@ -55,10 +55,48 @@ pub struct TensorStats {
 }
 
 impl TensorStats {
-    /// Whether the tensor holds NaN or infinite values, or only zeros: what `nnx stats --check`
-    /// flags.
+    /// Whether the tensor holds values and every one of them is exactly zero.
+    pub fn all_zeros(&self) -> bool {
+        self.count > 0 && self.zero_fraction == 1.0
+    }
+
+    /// Whether a trained model may well hold this tensor as all zeros: a scalar or a vector (a
+    /// bias, a norm's weight or offset), or a tensor named as a bias (`*.bias`, `*_bias`) or as
+    /// a normalization's (a name segment with `norm`, `ln_1`). A matrix or an embedding of
+    /// zeros is what a failed save or conversion leaves; a zero bias is common (`pooler.dense.bias`
+    /// of all-MiniLM-L6-v2).
+    pub fn zeros_are_normal(&self) -> bool {
+        let name = self.name.to_ascii_lowercase();
+        self.shape.len() < 2
+            || name.ends_with("bias")
+            || name.split('.').any(|segment| segment.contains("norm") || segment.starts_with("ln_"))
+    }
+
+    /// What is wrong with the tensor, when something is: NaN or infinite values, or a weight
+    /// that is all zeros ([`TensorStats::zeros_are_normal`] says which are not weights).
+    pub fn problem(&self) -> Option<String> {
+        if self.nans > 0 || self.infs > 0 {
+            Some(format!("{} NaN, {} infinite", self.nans, self.infs))
+        } else if self.all_zeros() && !self.zeros_are_normal() {
+            Some("all zeros".to_string())
+        } else {
+            None
+        }
+    }
+
+    /// Whether the tensor has a [`TensorStats::problem`]: what `nnx stats --check` flags.
     pub fn suspicious(&self) -> bool {
-        self.nans > 0 || self.infs > 0 || (self.count > 0 && self.zero_fraction == 1.0)
+        self.problem().is_some()
+    }
+
+    /// How many standard deviations from the mean the farthest finite value lies, and that
+    /// value; `None` for a tensor without spread.
+    pub fn farthest(&self) -> Option<(f64, f64)> {
+        let (above, below) = ((self.max - self.mean).abs(), (self.min - self.mean).abs());
+        (self.std > 0.0 && above.is_finite() && below.is_finite()).then(|| {
+            let (value, deviation) = if above >= below { (self.max, above) } else { (self.min, below) };
+            (deviation / self.std, value)
+        })
     }
 }
 
@@ -273,4 +311,40 @@ pub fn entry_stats(archive: &Archive, name: &str) -> Result<Option<TensorStats>>
     view.check_expansion(view.expansion_limit())?;
     let stream = |visit: &mut dyn FnMut(&[f64])| walk_pieces(&view, visit);
     repeated_stats_of(name, dtype.to_string(), shape, repeat, &stream).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TensorStats, stats_of};
+
+    fn stats(name: &str, shape: &[usize], values: &[f64]) -> TensorStats {
+        let values = values.to_vec();
+        stats_of(name, "F32".to_string(), shape.to_vec(), &|visit| {
+            visit(&values);
+            Ok(())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn zero_weights_are_problems_and_zero_biases_and_norms_are_not() {
+        assert_eq!(stats("embed.weight", &[2, 2], &[0.0; 4]).problem().as_deref(), Some("all zeros"));
+        assert_eq!(stats("pooler.dense.bias", &[4], &[0.0; 4]).problem(), None);
+        assert_eq!(stats("scale", &[4], &[0.0; 4]).problem(), None, "a vector");
+        assert_eq!(stats("attn.qkv_bias", &[2, 2], &[0.0; 4]).problem(), None);
+        assert_eq!(stats("layers.0.input_layernorm.weight", &[2, 2], &[0.0; 4]).problem(), None);
+        assert_eq!(stats("h.0.ln_1.weight", &[2, 2], &[0.0; 4]).problem(), None);
+        assert_eq!(stats("bias", &[2], &[f64::NAN, 0.0]).problem().as_deref(), Some("1 NaN, 0 infinite"));
+        assert!(!stats("w", &[2], &[1.0, 0.0]).suspicious());
+    }
+
+    #[test]
+    fn farthest_names_the_value_and_its_distance() {
+        let mut values = vec![0.0; 99];
+        values.push(100.0);
+        let (sigmas, value) = stats("w", &[100], &values).farthest().unwrap();
+        assert_eq!(value, 100.0);
+        assert!((sigmas - 99f64.sqrt()).abs() < 1e-9, "{sigmas}");
+        assert_eq!(stats("w", &[2], &[1.0, 1.0]).farthest(), None, "no spread");
+    }
 }

@@ -15,7 +15,7 @@
 //! let model = Gpt2::new(&config, DType::F32, Init::Seeded(1));
 //! let settings = GenerationConfig {
 //!     max_new_tokens: 5,
-//!     sampling: Sampling::Random { temperature: 0.8, top_k: Some(8), top_p: Some(0.9) },
+//!     sampling: Sampling::Random { temperature: 0.8, top_k: Some(8), top_p: Some(0.9), min_p: None },
 //!     seed: 42,
 //!     ..GenerationConfig::default()
 //! };
@@ -55,8 +55,9 @@ pub enum Sampling {
     #[default]
     Greedy,
     /// A token drawn from the softmax of the logits divided by `temperature` (0 is greedy),
-    /// among the `top_k` most likely tokens (ties with the k-th kept) and the smallest set of
-    /// most likely tokens whose probability reaches `top_p`.
+    /// among the `top_k` most likely tokens (ties with the k-th kept), the tokens at least
+    /// `min_p` times as likely as the most likely one, and the smallest set of most likely
+    /// tokens whose probability reaches `top_p`.
     Random {
         /// Divides the logits: below 1 sharpens the distribution, above 1 flattens it.
         temperature: f32,
@@ -65,6 +66,10 @@ pub enum Sampling {
         /// Keep only the most likely tokens whose probability together reaches `top_p`, in
         /// `(0, 1]`.
         top_p: Option<f32>,
+        /// Keep only the tokens whose probability before the temperature is at least `min_p`
+        /// times the most likely token's (llama.cpp's min-p, which also filters before its
+        /// temperature), in `[0, 1]`.
+        min_p: Option<f32>,
     },
 }
 
@@ -113,6 +118,7 @@ struct FileSettings {
     temperature: Option<f32>,
     top_k: Option<usize>,
     top_p: Option<f32>,
+    min_p: Option<f32>,
     repetition_penalty: Option<f32>,
 }
 
@@ -132,6 +138,8 @@ struct FileFields {
     top_k: Setting,
     #[serde(default)]
     top_p: Setting,
+    #[serde(default)]
+    min_p: Setting,
     #[serde(default)]
     repetition_penalty: Setting,
 }
@@ -284,6 +292,7 @@ impl FileSettings {
             temperature: float("temperature", &fields.temperature)?,
             top_k: count("top_k", &fields.top_k)?,
             top_p: float("top_p", &fields.top_p)?,
+            min_p: float("min_p", &fields.min_p)?,
             repetition_penalty: float("repetition_penalty", &fields.repetition_penalty)?,
         }))
     }
@@ -291,8 +300,8 @@ impl FileSettings {
 
 impl GenerationConfig {
     /// The settings of a model folder as transformers reads them: `generation_config.json`
-    /// (`max_new_tokens`, `do_sample` with `temperature`, `top_k` (default 50, 0 for none) and
-    /// `top_p`, `repetition_penalty`, `eos_token_id`), with `eos_token_id` of `config.json`
+    /// (`max_new_tokens`, `do_sample` with `temperature`, `top_k` (default 50, 0 for none),
+    /// `top_p` and `min_p`, `repetition_penalty`, `eos_token_id`), with `eos_token_id` of `config.json`
     /// when the first has none; an id or a list of ids. What neither file sets keeps its
     /// [default](GenerationConfig::default); `max_length`, which counts the prompt, is not
     /// read.
@@ -317,6 +326,7 @@ impl GenerationConfig {
                 temperature: generation.temperature.unwrap_or(1.0),
                 top_k: Some(generation.top_k.unwrap_or(50)).filter(|&k| k > 0),
                 top_p: generation.top_p.filter(|&p| p != 1.0),
+                min_p: generation.min_p.filter(|&p| p != 0.0),
             };
         }
         if let Some(penalty) = generation.repetition_penalty {
@@ -327,7 +337,7 @@ impl GenerationConfig {
     }
 
     /// Checks the settings: a finite temperature of at least 0, `top_k` at least 1, `top_p`
-    /// in `(0, 1]`, a finite positive repetition penalty.
+    /// in `(0, 1]`, `min_p` in `[0, 1]`, a finite positive repetition penalty.
     ///
     /// # Errors
     /// [`Error::GenerationSetting`] naming the first setting at fault.
@@ -335,7 +345,7 @@ impl GenerationConfig {
         let fail = |setting: &'static str, value: String, rule: &'static str| -> Result<()> {
             Err(Error::GenerationSetting { setting, value, rule })
         };
-        if let Sampling::Random { temperature, top_k, top_p } = self.sampling {
+        if let Sampling::Random { temperature, top_k, top_p, min_p } = self.sampling {
             if !(temperature.is_finite() && temperature >= 0.0) {
                 return fail("temperature", temperature.to_string(), "a finite number of at least 0 (0 is greedy)");
             }
@@ -346,6 +356,11 @@ impl GenerationConfig {
                 && !(p > 0.0 && p <= 1.0)
             {
                 return fail("top_p", p.to_string(), "in (0, 1]");
+            }
+            if let Some(p) = min_p
+                && !(0.0..=1.0).contains(&p)
+            {
+                return fail("min_p", p.to_string(), "in [0, 1]");
             }
         }
         let penalty = self.repetition_penalty;

@@ -74,7 +74,7 @@ pub(crate) fn argmax(logits: &[f32]) -> usize {
 
 /// The next token for one row of `logits` (already penalised).
 pub(crate) fn choose(logits: &[f32], sampling: &Sampling, rng: &mut Rng) -> u32 {
-    let Sampling::Random { temperature, top_k, top_p } = *sampling else {
+    let Sampling::Random { temperature, top_k, top_p, min_p } = *sampling else {
         return argmax(logits) as u32;
     };
     if temperature == 0.0 {
@@ -92,6 +92,14 @@ pub(crate) fn choose(logits: &[f32], sampling: &Sampling, rng: &mut Rng) -> u32 
         order.truncate(kept);
     }
     let Some(&best) = order.first() else { return 0 };
+    if let Some(p) = min_p
+        && p > 0.0
+    {
+        // `p_i >= p * p_best` of the softmax before the temperature: `l_i - l_best >= ln p`.
+        let floor = f64::from(logits[best]) + f64::from(p).ln();
+        let kept = order.iter().take_while(|&&id| f64::from(logits[id]) >= floor).count().max(1);
+        order.truncate(kept);
+    }
     let scaled = |id: usize| (f64::from(logits[id]) - f64::from(logits[best])) / f64::from(temperature);
     let mut weights: Vec<f64> = order.iter().map(|&id| scaled(id).exp()).collect();
     if let Some(p) = top_p
@@ -149,7 +157,7 @@ mod tests {
     fn top_k_and_top_p_limit_the_draws() {
         let logits = [0.0f32, 3.0, 2.9, -1.0, 2.8];
         let mut rng = Rng::new(1, 0);
-        let sampling = |top_k, top_p| Sampling::Random { temperature: 1.0, top_k, top_p };
+        let sampling = |top_k, top_p| Sampling::Random { temperature: 1.0, top_k, top_p, min_p: None };
         let draws = |sampling: Sampling, rng: &mut Rng| {
             let mut seen = [0usize; 5];
             for _ in 0..2000 {
@@ -168,8 +176,32 @@ mod tests {
         let seen = draws(sampling(None, None), &mut rng);
         assert!(seen.iter().all(|&count| count > 0), "{seen:?}");
         // A low temperature sharpens towards the argmax.
-        let cold = draws(Sampling::Random { temperature: 0.01, top_k: None, top_p: None }, &mut rng);
+        let cold = draws(Sampling::Random { temperature: 0.01, top_k: None, top_p: None, min_p: None }, &mut rng);
         assert_eq!(cold[1], 2000);
         assert_eq!(choose(&logits, &Sampling::Greedy, &mut rng), 1);
+    }
+
+    #[test]
+    fn min_p_keeps_the_tokens_near_the_most_likely_one() {
+        // Relative to token 1 (logit 3): token 2 is e^-0.1 = 0.90 as likely, token 4 e^-0.2 =
+        // 0.82, token 0 e^-3 = 0.05, token 3 e^-4 = 0.02.
+        let logits = [0.0f32, 3.0, 2.9, -1.0, 2.8];
+        let mut rng = Rng::new(3, 0);
+        let draws = |min_p: f32, temperature: f32, rng: &mut Rng| {
+            let sampling = Sampling::Random { temperature, top_k: None, top_p: None, min_p: Some(min_p) };
+            let mut seen = [0usize; 5];
+            for _ in 0..2000 {
+                seen[choose(&logits, &sampling, rng) as usize] += 1;
+            }
+            seen
+        };
+        let seen = draws(0.85, 1.0, &mut rng);
+        assert!(seen[1] > 0 && seen[2] > 0 && seen[0] + seen[3] + seen[4] == 0, "{seen:?}");
+        let seen = draws(0.5, 1.0, &mut rng);
+        assert!(seen[1] > 0 && seen[2] > 0 && seen[4] > 0 && seen[0] + seen[3] == 0, "{seen:?}");
+        // The filter is on the probabilities before the temperature: a hot draw keeps the same set.
+        let seen = draws(0.5, 100.0, &mut rng);
+        assert!(seen[0] + seen[3] == 0, "{seen:?}");
+        assert_eq!(draws(1.0, 1.0, &mut rng), [0, 2000, 0, 0, 0]);
     }
 }

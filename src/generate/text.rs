@@ -58,7 +58,9 @@ impl Tokenizer {
     /// The file is checked before it is built: its tokens, added tokens and regular expressions
     /// must stay within limits far above those of real tokenizers (tokens of at most 4 KiB,
     /// 1 MiB of added tokens, regular expressions of at most 16 KiB), so that a small hostile
-    /// file cannot make the tokenizer take gigabytes.
+    /// file cannot make the tokenizer take gigabytes. The padding and truncation the file may
+    /// set (BERT's to 128 tokens, say) are left out, as transformers leaves them out of a call
+    /// that does not ask for them: a text's ids are its own.
     ///
     /// # Errors
     /// [`Error::Tokenizer`] when the file is missing, not a tokenizer, or past those limits.
@@ -77,7 +79,9 @@ impl Tokenizer {
         }
         let bytes = std::fs::read(&path).map_err(|source| error(source.into()))?;
         check_tokenizer_json(&bytes).map_err(|message| error(message.into()))?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(error)?;
+        let mut inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(error)?;
+        inner.with_padding(None);
+        inner.with_truncation(None).map_err(error)?;
         Ok(Tokenizer { inner, path })
     }
 

@@ -390,24 +390,45 @@ impl FusedBert {
     /// # Errors
     /// A token id past the vocabulary, or a sequence longer than the position table.
     pub fn embed(&self, sequences: &[Vec<u32>], batch_size: usize) -> crate::Result<Vec<Vec<f32>>> {
+        let hidden = self.hidden;
+        self.embed_with(sequences, batch_size, |states| {
+            // Mean pooling and L2 normalisation in the order of `mean_pool` and `l2_normalize`.
+            let mut pooled = vec![0.0f32; hidden];
+            let rows = states.chunks_exact(hidden);
+            let length = rows.len();
+            for row in rows {
+                pooled.iter_mut().zip(row).for_each(|(p, &x)| *p += x);
+            }
+            let inverse = 1.0 / (length as f32).max(1e-9);
+            pooled.iter_mut().for_each(|p| *p *= inverse);
+            let divisor = pooled.iter().map(|&x| x * x).sum::<f32>().sqrt().max(1e-12);
+            pooled.iter_mut().for_each(|p| *p /= divisor);
+            pooled
+        })
+    }
+
+    /// The embeddings `pool` makes of each sequence's last hidden states, in order: it is given
+    /// `length * hidden_size` values, token by token, without padding. The sequences go through
+    /// the encoder as in [`FusedBert::embed`], `batch_size` at a time and packed.
+    ///
+    /// # Errors
+    /// As [`FusedBert::embed`].
+    pub fn embed_with(
+        &self,
+        sequences: &[Vec<u32>],
+        batch_size: usize,
+        mut pool: impl FnMut(&[f32]) -> Vec<f32>,
+    ) -> crate::Result<Vec<Vec<f32>>> {
         let mut buffers = Buffers::default();
         let mut out = Vec::with_capacity(sequences.len());
         for batch in sequences.chunks(batch_size.max(1)) {
             let lengths: Vec<usize> = batch.iter().map(Vec::len).collect();
             self.encode(batch, &lengths, &mut buffers)?;
-            let mut rows = buffers.hidden.chunks_exact(self.hidden);
+            let mut start = 0;
             for &length in &lengths {
-                // Mean pooling and L2 normalisation in the order of `mean_pool` and
-                // `l2_normalize`.
-                let mut pooled = vec![0.0f32; self.hidden];
-                for row in rows.by_ref().take(length) {
-                    pooled.iter_mut().zip(row).for_each(|(p, &x)| *p += x);
-                }
-                let inverse = 1.0 / (length as f32).max(1e-9);
-                pooled.iter_mut().for_each(|p| *p *= inverse);
-                let divisor = pooled.iter().map(|&x| x * x).sum::<f32>().sqrt().max(1e-12);
-                pooled.iter_mut().for_each(|p| *p /= divisor);
-                out.push(pooled);
+                let end = start + length * self.hidden;
+                out.push(pool(&buffers.hidden[start..end]));
+                start = end;
             }
         }
         Ok(out)

@@ -79,7 +79,9 @@ impl<D: crate::Device> CausalLm for Box<dyn CausalLm<Device = D>> {
 /// `config.json` has a `quantization` key.
 ///
 /// # Errors
-/// [`Error::Config`] for an architecture nnx does not run, the errors of reading the files,
+/// [`Error::Encoder`] for an encoder such as BERT (it computes embeddings:
+/// [`SentenceEncoder`](super::sentence::SentenceEncoder)), [`Error::Config`] for another
+/// architecture nnx does not run, the errors of reading the files,
 /// and the import's [`Error::Load`] listing every tensor that does not fit.
 pub fn load(source: &str) -> Result<LoadedModel> {
     Files::open(source)?.load_host(&HostTarget)
@@ -696,7 +698,42 @@ fn ggml_summary(archive: &Archive) -> String {
     format!("ggml {}", parts.join(", "))
 }
 
-fn unknown_architecture(path: &Path, key: &str, found: &str) -> Error {
+/// The error for an architecture nnx does not run, named by `key` (in backticks) in the file at
+/// `path`: an encoder is told apart, with where to compute its embeddings instead.
+fn unknown_architecture(path: &Path, key: &'static str, found: &str) -> Error {
+    // `model_type` of transformers' encoders, and `general.architecture` of llama.cpp's.
+    const ENCODERS: &[&str] = &[
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "distilbert",
+        "camembert",
+        "albert",
+        "electra",
+        "mpnet",
+        "deberta",
+        "deberta-v2",
+        "modernbert",
+        "nomic_bert",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "jina-bert-v2",
+        "modern-bert",
+        "neo-bert",
+    ];
+    if ENCODERS.contains(&found) {
+        let gguf = key == "`general.architecture`";
+        let remedy = match found {
+            "bert" if !gguf => "embed text with it by running `nnx embed MODEL TEXT...` instead",
+            _ if gguf => {
+                "`nnx embed MODEL TEXT...` embeds text with the sentence-transformers folder of a BERT encoder, not with a GGUF file: run it on the folder the file was converted from"
+            }
+            _ => {
+                "`nnx embed MODEL TEXT...` embeds text with BERT encoders (`model_type` `bert`), not this one yet: embed with sentence-transformers"
+            }
+        };
+        return Error::Encoder { path: path.to_path_buf(), key, found: found.to_string(), remedy };
+    }
     super::decoder::unusable(
         path,
         format!(
@@ -717,7 +754,9 @@ fn unknown_architecture(path: &Path, key: &str, found: &str) -> Error {
 /// Returns the architecture planned for and the plan.
 ///
 /// # Errors
-/// [`Error::Config`] for an architecture nnx does not build or a config it cannot read; the
+/// [`Error::Encoder`] for an encoder nnx does not build (one other than BERT, or a GGUF
+/// encoder), [`Error::Config`] for another architecture nnx does not build or a config it
+/// cannot read; the
 /// errors of opening the files. Problems with the mapping are in the plan.
 pub fn import_plan(source: &str, architecture: Option<&str>) -> Result<(String, crate::ImportPlan)> {
     let files = Files::open(source)?;

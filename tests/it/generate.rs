@@ -139,7 +139,7 @@ fn sampled(max_new_tokens: usize, seed: u64, top_k: Option<usize>) -> Generation
     GenerationConfig {
         max_new_tokens,
         seed,
-        sampling: Sampling::Random { temperature: 1.0, top_k, top_p: None },
+        sampling: Sampling::Random { temperature: 1.0, top_k, top_p: None, min_p: None },
         ..GenerationConfig::default()
     }
 }
@@ -242,7 +242,7 @@ fn the_seed_decides_the_draws_and_top_k_of_one_is_greedy() {
         assert_eq!(generate(&model, &prompt, sampled(24, seed, Some(1))).sequences[0], greedy_tokens);
     }
     let cold = GenerationConfig {
-        sampling: Sampling::Random { temperature: 1e-4, top_k: None, top_p: Some(0.9) },
+        sampling: Sampling::Random { temperature: 1e-4, top_k: None, top_p: Some(0.9), min_p: None },
         ..sampled(24, 5, None)
     };
     assert_eq!(generate(&model, &prompt, cold).sequences[0], greedy_tokens, "a cold draw is the argmax");
@@ -308,7 +308,7 @@ fn settings_come_from_the_folder_and_are_checked() {
     let write = |text: &str| std::fs::write(dir.path().join("generation_config.json"), text).unwrap();
     write(r#"{"do_sample": true, "temperature": 0.7, "top_p": 0.9, "eos_token_id": [5, 6], "max_new_tokens": 9}"#);
     let config = GenerationConfig::from_folder(dir.path()).unwrap();
-    assert_eq!(config.sampling, Sampling::Random { temperature: 0.7, top_k: Some(50), top_p: Some(0.9) });
+    assert_eq!(config.sampling, Sampling::Random { temperature: 0.7, top_k: Some(50), top_p: Some(0.9), min_p: None });
     assert_eq!((config.eos_token_ids, config.max_new_tokens), (vec![5, 6], 9));
     // The end-of-sequence id of `config.json` when the generation settings have none.
     write(r#"{"do_sample": false, "top_k": 0}"#);

@@ -44,6 +44,33 @@ fn a_partial_load_that_matches_nothing_is_a_load_error() {
 }
 
 #[test]
+fn a_load_under_a_misspelt_prefix_names_the_prefix_the_file_has() {
+    let archive = Archive::from_module(&layer(), "model.encoder");
+    let mut target = layer();
+    let misspelt = report(archive.load_into(&mut target, "model.encodr").unwrap_err());
+    let kinds: Vec<_> = misspelt.kinds().collect();
+    assert_eq!(
+        kinds[0],
+        &ProblemKind::PrefixNotFound { prefix: "model.encodr".into(), suggestion: Some("model.encoder".into()) }
+    );
+    assert!(misspelt.to_string().contains("did you mean `model.encoder`?"), "{misspelt}");
+    // The file without a prefix, asked with one.
+    let archive = Archive::from_module(&layer(), "");
+    let unprefixed = report(archive.load_into(&mut target, "model").unwrap_err());
+    assert_eq!(
+        unprefixed.kinds().next(),
+        Some(&ProblemKind::PrefixNotFound { prefix: "model".into(), suggestion: Some(String::new()) })
+    );
+    // Nothing of the model anywhere: no suggestion.
+    let archive = archive_of(&[("other.thing", DType::F32, &[2])]);
+    let elsewhere = report(archive.load_into(&mut target, "model").unwrap_err());
+    assert_eq!(
+        elsewhere.kinds().next(),
+        Some(&ProblemKind::PrefixNotFound { prefix: "model".into(), suggestion: None })
+    );
+}
+
+#[test]
 fn a_strict_state_dict_load_is_a_load_error() {
     let mut target = layer();
     let mut dict = layer().flat_state_dict();
@@ -141,7 +168,7 @@ struct Tied {
 #[derive(Module)]
 struct TiedAway {
     weight: Tensor,
-    #[nnx(tie = "weigth_x")]
+    #[nnx(tie = "encoder.weigth_x")]
     head: Tensor,
 }
 
@@ -269,7 +296,7 @@ fn ties_to_a_missing_or_mismatched_tensor() {
     let mut model = TiedAway { weight: zeros(DType::F32, &[2]), head: zeros(DType::F32, &[2]) };
     assert_eq!(
         kinds(&archive, &mut model),
-        [ProblemKind::TieTargetMissing { target: "weigth_x".into(), suggestion: None }]
+        [ProblemKind::TieTargetMissing { target: "encoder.weigth_x".into(), suggestion: None }]
     );
 }
 

@@ -562,12 +562,14 @@ fn page_no_request_leaves_it() {
     }
 }
 
-/// A SafeTensors file of `count` one-value F32 tensors in 50-tensor blocks.
+/// A SafeTensors file of `count` one-value F32 matrices (`[1, 1]`: weights, whose zeros are
+/// flagged) in 50-tensor blocks.
 fn many_tensors(path: &Path, count: usize) {
     let mut header = serde_json::Map::new();
     for at in 0..count {
         let name = format!("model.layers.{}.block.part_{}.weight", at / 50, at % 50);
-        header.insert(name, serde_json::json!({ "dtype": "F32", "shape": [1], "data_offsets": [at * 4, at * 4 + 4] }));
+        header
+            .insert(name, serde_json::json!({ "dtype": "F32", "shape": [1, 1], "data_offsets": [at * 4, at * 4 + 4] }));
     }
     let header = Value::Object(header).to_string();
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();

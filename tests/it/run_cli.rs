@@ -13,17 +13,17 @@ const CASES: &[&str] = &["llama3", "mistral", "qwen2", "qwen3", "gemma3", "llama
 /// The tokens generated in the greedy comparisons (the goldens hold 12).
 const STEPS: usize = 12;
 
-fn folder(case: &str) -> PathBuf {
+pub fn folder(case: &str) -> PathBuf {
     fixtures().join("models").join(case)
 }
 
-fn read_json(path: &Path) -> serde_json::Value {
+pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|error| panic!("`{}`: {error}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|error| panic!("`{}`: {error}", path.display()))
 }
 
 /// The end-of-sequence ids of a case's `generation_config.json` (an id or a list).
-fn eos_ids(case: &str) -> Vec<u32> {
+pub fn eos_ids(case: &str) -> Vec<u32> {
     let config = read_json(&folder(case).join("generation_config.json"));
     match &config["eos_token_id"] {
         serde_json::Value::Array(ids) => ids.iter().map(|id| id.as_u64().unwrap() as u32).collect(),
@@ -32,11 +32,14 @@ fn eos_ids(case: &str) -> Vec<u32> {
 }
 
 /// The output of `nnx run MODEL --prompt PROMPT --temperature 0 --max-new-tokens STEPS --json`
-/// and more `flags`.
-fn run_json(model: &Path, prompt: &str, steps: usize, flags: &[&str]) -> serde_json::Value {
+/// and more `flags`; the prompt is plain text (`--raw`) unless `flags` has `--chat`.
+pub fn run_json(model: &Path, prompt: &str, steps: usize, flags: &[&str]) -> serde_json::Value {
     let steps = steps.to_string();
     let mut args = vec!["run", model.to_str().unwrap(), "--prompt", prompt, "--temperature", "0"];
     args.extend(["--max-new-tokens", &steps, "--json"]);
+    if !flags.contains(&"--chat") {
+        args.push("--raw");
+    }
     args.extend(flags);
     let (code, out, err) = nnx(&args);
     assert_eq!(code, 0, "nnx {args:?}: {err}");
@@ -50,7 +53,7 @@ fn run_json(model: &Path, prompt: &str, steps: usize, flags: &[&str]) -> serde_j
 
 /// `generated` is the greedy continuation `expected`: all of it, or (since `nnx run` stops at
 /// an end-of-sequence id, which the goldens run past) its first tokens up to such an id.
-fn assert_greedy(generated: &[u32], expected: &[u32], eos: &[u32], what: &str) {
+pub fn assert_greedy(generated: &[u32], expected: &[u32], eos: &[u32], what: &str) {
     let stop = expected.iter().position(|id| eos.contains(id)).map_or(expected.len(), |at| at + 1);
     assert_eq!(generated, &expected[..stop], "{what}: greedy ids (end-of-sequence ids {eos:?})");
 }
@@ -60,7 +63,7 @@ fn assert_greedy(generated: &[u32], expected: &[u32], eos: &[u32], what: &str) {
 /// they are the prompt's own 16 tokens; for the Llama 3 tokenizer the fixed id is its byte
 /// piece `<0x1F>`. Mistral's fixed id is the byte piece of a space, which its tokenizer never
 /// gives (a space becomes `▁`), and Qwen's five are bytes that are not UTF-8.
-fn golden_text(case: &str, prompt: &str) -> Option<String> {
+pub fn golden_text(case: &str, prompt: &str) -> Option<String> {
     match case {
         "gemma3" => Some(prompt.to_string()),
         "llama3" | "llama3-wide" => Some(format!("{prompt}\u{1f}")),

@@ -100,7 +100,8 @@ fn check_flags_nan_infinite_and_all_zero_tensors() {
     let dir = scratch();
     let mut archive = Archive::new();
     archive.insert("fine", Tensor::from_vec(vec![1.0f32, -2.0, 0.5, 0.0], &[2, 2]).unwrap());
-    archive.insert("zeros", Tensor::from_vec(vec![0.0f32; 6], &[6]).unwrap());
+    // A weight matrix of zeros is flagged (a bias or norm vector of zeros is not).
+    archive.insert("zeros", Tensor::from_vec(vec![0.0f32; 6], &[2, 3]).unwrap());
     archive.insert("broken", Tensor::from_vec(vec![1.0f32, f32::NAN, f32::INFINITY, -3.0], &[4]).unwrap());
     let path = dir.path().join("broken.safetensors");
     archive.save(&path).unwrap();

@@ -645,13 +645,16 @@
 
     const checks = DATA.validation || [];
     const n = (level) => checks.filter((c) => c.level === level).length;
-    section(root, 'Validation', checks.length ? [plural(n('error'), 'error'), plural(n('warning'), 'warning'), n('ok') + ' ok'].join(' · ') : 'nothing reported');
+    const counts = [plural(n('error'), 'error'), plural(n('warning'), 'warning'), n('ok') + ' ok'];
+    if (n('info')) counts.push(n('info') + ' info');
+    section(root, 'Validation', checks.length ? counts.join(' · ') : 'nothing reported');
     root.appendChild(checkList(checks.map((c) => [c.level, c.message])));
   }
 
-  // Validation results and plan problems: one line each with an icon in the level's colour.
+  // Validation results and plan problems: one line each with an icon in the level's colour
+  // (information, such as far tails usual in trained models, in a neutral one).
   function checkList(items) {
-    const ICON = { ok: '✓', warning: '!', error: '✕' };
+    const ICON = { ok: '✓', info: 'i', warning: '!', error: '✕' };
     // Appended one by one: a spread of a long list would overflow the call stack.
     const list = el('ul', 'validation');
     for (const [level, message] of items) {
@@ -1354,6 +1357,8 @@
     const root = add(view, el('div')).lastChild;
     root.id = 'stats';
     const num = (key, label, width) => ({ label, width, get: (s) => s[key] });
+    // A problem (NaN, infinities, a weight of zeros) is marked; far tails are a note.
+    const note = (s) => (s.problem != null ? s.problem : s.outlier);
     const columns = [
       { label: 'Name', width: 'minmax(200px, 1fr)', get: (s) => String(s.name) },
       { label: 'Encoding', width: '84px', get: (s) => String(s.encoding) },
@@ -1361,23 +1366,24 @@
       num('min', 'Min', '62px'), num('max', 'Max', '62px'), num('mean', 'Mean', '62px'), num('std', 'Std', '58px'),
       num('absmax', 'Absmax', '62px'), num('zero_fraction', 'Zero', '50px'), num('nans', 'NaN', '40px'), num('infs', 'Inf', '36px'),
       { label: 'Hist', width: '66px' },
-      { label: 'Outlier', width: 'minmax(120px, 0.7fr)', get: (s) => (s.outlier == null ? null : String(s.outlier)) },
+      { label: 'Finding', width: 'minmax(120px, 0.7fr)', get: (s) => (note(s) == null ? null : String(note(s))) },
     ];
     return filterTable(root, {
       cls: 'stats-box', items: DATA.stats, columns, noun: 'tensor',
-      placeholder: 'Filter by name…', flagLabel: 'outliers only',
-      flagged: (s) => s.outlier != null,
+      placeholder: 'Filter by name…', flagLabel: 'with findings only',
+      flagged: (s) => note(s) != null,
       match: (s, q) => lower(s.name).includes(q),
       row(s) {
         const bad = (v) => 'num' + (v ? ' bad' : '');
-        const row = el('div', 'trow row' + (s.outlier != null ? ' outlier' : ''),
+        const row = el('div', 'trow row' + (s.problem != null ? ' outlier' : ''),
           el('div', 'mono ellip', s.name), el('div', null, typeBadge(s.encoding)), el('div', 'mono dim', fmtShape(s.shape)),
           el('div', 'num', fmtNum(s.min)), el('div', 'num', fmtNum(s.max)), el('div', 'num', fmtNum(s.mean)), el('div', 'num', fmtNum(s.std)),
           el('div', 'num', fmtNum(s.absmax)), el('div', 'num', fmtPct(s.zero_fraction)), el('div', bad(s.nans), fmtInt(s.nans)),
-          el('div', bad(s.infs), fmtInt(s.infs)), el('div', null, histogram(s)), el('div', 'ellip reason', s.outlier));
+          el('div', bad(s.infs), fmtInt(s.infs)), el('div', null, histogram(s)),
+          el('div', 'ellip ' + (s.problem != null ? 'reason' : 'tail-note'), note(s)));
         row.setAttribute('data-name', String(s.name));
         row.firstChild.setAttribute('title', String(s.name));
-        if (s.outlier != null) row.lastChild.setAttribute('title', String(s.outlier));
+        if (note(s) != null) row.lastChild.setAttribute('title', String(note(s)));
         return row;
       },
     });

@@ -185,6 +185,19 @@ pub enum ConfigProblem {
         /// What serializing gave, or the serializer's message.
         message: String,
     },
+    /// A field nnx cannot follow in a file beside the weights (a sentence-transformers
+    /// `modules.json` or pooling `config.json`, the encoder's `config.json`).
+    Unusable {
+        /// The field, as a JSON path (`pooling_mode_cls_token`, `[2].type`); empty for the whole
+        /// file.
+        key: String,
+        /// What nnx needs there.
+        expected: &'static str,
+        /// What the file holds, in a few words.
+        found: String,
+        /// What to do.
+        remedy: &'static str,
+    },
     /// A GGUF metadata key whose value is not of the type its meaning needs.
     WrongType {
         /// The key (`llama.block_count`).
@@ -221,6 +234,14 @@ impl std::fmt::Display for ConfigProblem {
                 f,
                 "the configuration does not serialize to a JSON object ({message}): make it a struct with named fields that derives `Serialize`"
             ),
+            ConfigProblem::Unusable { key, expected, found, remedy } => {
+                if key.is_empty() {
+                    f.write_str("the file")?;
+                } else {
+                    write!(f, "`{key}`")?;
+                }
+                write!(f, " is {found}, but nnx needs {expected}: {remedy}")
+            }
             ConfigProblem::WrongType { key, expected, found } => write!(
                 f,
                 "`{key}` is {found}, but it must be {expected}: correct the key (llama.cpp's `gguf_set_metadata.py`) or convert the model again"

@@ -29,7 +29,11 @@ pub use torch::{PickleLimit, PickleProblem, TorchProblem, ZipRecordProblem};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in nnx.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` is its message with the causes the message does not already quote, as
+/// `anyhow` shows an error, so that `fn main() -> nnx::Result<()>` and `unwrap` print what
+/// went wrong instead of a dump of the variant; match on the variant for its fields.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A buffer's length does not match the shape it was given.
@@ -622,6 +626,19 @@ pub enum Error {
         /// What is wrong.
         problem: ConfigProblem,
     },
+    /// An encoder (`model_type` `bert`, `general.architecture` `nomic-bert`, ...) given where a
+    /// model that generates text is needed: it computes embeddings.
+    #[error("`{path}` names an encoder ({key} `{found}`), which computes embeddings and generates no text: {remedy}")]
+    Encoder {
+        /// The file that names the architecture (`config.json`, the GGUF file).
+        path: PathBuf,
+        /// The key that names it (`model_type`, `general.architecture`), in backticks.
+        key: &'static str,
+        /// The architecture.
+        found: String,
+        /// What to do instead.
+        remedy: &'static str,
+    },
     /// A tokenizer that cannot be read or that fails on the text given.
     #[error("the tokenizer `{path}` failed: {source}")]
     Tokenizer {
@@ -736,6 +753,25 @@ impl fmt::Display for ConcatProblem {
                 "{found_dtype} {found_shape:?} does not join {expected_dtype} {expected_shape:?} along axis {axis}"
             ),
         }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let message = self.to_string();
+        f.write_str(&message)?;
+        let mut source = std::error::Error::source(self);
+        let mut first = true;
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !message.contains(&text) {
+                f.write_str(if first { "\n\nCaused by:\n    " } else { "\n    " })?;
+                f.write_str(&text)?;
+                first = false;
+            }
+            source = cause.source();
+        }
+        Ok(())
     }
 }
 
@@ -910,6 +946,13 @@ pub enum ProblemKind {
         /// The source's shape.
         found: Vec<usize>,
     },
+    /// A load under a prefix that names no entry of the source.
+    PrefixNotFound {
+        /// The prefix given.
+        prefix: String,
+        /// The prefix under which the source holds the module's names, if one does.
+        suggestion: Option<String>,
+    },
     /// A partial load in which no key of the source matched the module.
     NoMatch {
         /// The first keys of the module.
@@ -1082,6 +1125,14 @@ impl fmt::Display for ProblemKind {
             }
             ProblemKind::DType { expected, found } => write!(f, "expected dtype {expected}, found {found}"),
             ProblemKind::Shape { expected, found } => write!(f, "expected {expected:?}, found {found:?}"),
+            ProblemKind::PrefixNotFound { prefix, suggestion: Some(near) } => write!(
+                f,
+                "no entry is under the prefix `{prefix}` (did you mean `{near}`? the file holds the model's names under it)"
+            ),
+            ProblemKind::PrefixNotFound { prefix, suggestion: None } => write!(
+                f,
+                "no entry is under the prefix `{prefix}`, and no prefix holds the model's names: check the prefix (`\"\"` for none) and that the file is this model's"
+            ),
             ProblemKind::NoMatch { module_keys, source_keys } => write!(
                 f,
                 "no key of the state dict matches the module (the module has {module_keys:?}..., the dict has {source_keys:?}...): check the prefix, or allow it with `LoadOptions {{ allow_no_match: true }}`"
@@ -1159,7 +1210,7 @@ impl fmt::Display for Problem {
                     write!(f, "`{name}`: expected shape {expected:?}, found {found:?}")
                 }
                 ProblemKind::DType { .. } => write!(f, "`{name}`: {}", self.kind),
-                ProblemKind::NoMatch { .. } => write!(f, "{}", self.kind),
+                ProblemKind::NoMatch { .. } | ProblemKind::PrefixNotFound { .. } => write!(f, "{}", self.kind),
                 kind => write!(f, "{name}: {kind}"),
             };
         };
@@ -1223,3 +1274,19 @@ impl fmt::Display for LoadError {
 }
 
 impl std::error::Error for LoadError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_is_the_message_as_main_prints_it() {
+        let shape = Error::ElementCount { shape: vec![2, 3], expected: 6, found: 5 };
+        assert_eq!(format!("{shape:?}"), shape.to_string());
+        assert!(!format!("{shape:?}").contains("ElementCount"));
+        // A cause the message already quotes is not repeated.
+        let source = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let io = Error::Io { action: "read", path: PathBuf::from("model.safetensors"), source };
+        assert_eq!(format!("{io:?}"), "cannot read `model.safetensors`: no such file");
+    }
+}

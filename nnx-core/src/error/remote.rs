@@ -80,6 +80,8 @@ pub enum RemoteProblem {
     NoWeights,
     /// A PyTorch checkpoint: remote reading covers SafeTensors files.
     NotSafeTensors,
+    /// An object-store URL given to an nnx built without its `remote` feature.
+    NotBuilt,
 }
 
 impl fmt::Display for RemoteProblem {
@@ -135,6 +137,9 @@ impl fmt::Display for RemoteProblem {
             RemoteProblem::NoMemory { bytes } => {
                 write!(f, "cannot reserve {bytes} bytes of memory for the answer; free memory, or lower RemoteOptions::max_request_bytes")
             }
+            RemoteProblem::NotBuilt => f.write_str(
+                "this nnx was built without its `remote` feature, which reads object stores: rebuild with it (`cargo install --path nnx-cli --features remote`), or download the file and give its local path",
+            ),
             RemoteProblem::NoWeights => f.write_str(
                 "the folder has neither `model.safetensors.index.json` nor `model.safetensors`: name the weights file in the URL",
             ),

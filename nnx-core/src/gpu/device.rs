@@ -161,6 +161,17 @@ impl Gpu {
         &self.inner.info
     }
 
+    /// The adapter as [`Gpu::adapters`] lists it: `index: name (backend, type)`.
+    pub fn description(&self) -> String {
+        describe(self.inner.index, &self.inner.info)
+    }
+
+    /// Whether the adapter computes on the CPU (a software driver such as Mesa's lavapipe or
+    /// WARP): it runs, but far slower than nnx's own CPU kernels.
+    pub fn is_software(&self) -> bool {
+        self.inner.info.device_type == wgpu::DeviceType::Cpu
+    }
+
     /// The limits the device was opened with.
     pub fn limits(&self) -> &wgpu::Limits {
         &self.inner.limits

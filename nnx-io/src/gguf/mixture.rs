@@ -333,14 +333,20 @@ impl TypePlan {
         }
         let cols = shape.last().copied().unwrap_or(1);
         let base = self.recipe.base();
-        let chosen = match self.overrides.iter().find(|(pattern, _)| pattern.is_match(name)) {
-            Some(&(_, ty)) => ty,
+        let chosen = match self.overridden(name) {
+            Some(ty) => ty,
             None => match self.recipe {
                 Recipe::Pure(ty) => ty,
                 Recipe::Mixture(mixture) => self.mixture_type(mixture, name, cols),
             },
         };
         if base.is_quantized() || chosen.is_quantized() { fallback(chosen, cols) } else { chosen }
+    }
+
+    /// The type the overrides give `name`: that of the first pattern found in it, `None` when
+    /// none is. The tensor is not counted as one of the plan's (see [`TypePlan::next`]).
+    pub fn overridden(&self, name: &str) -> Option<GgmlType> {
+        self.overrides.iter().find(|(pattern, _)| pattern.is_match(name)).map(|&(_, ty)| ty)
     }
 
     fn mixture_type(&mut self, mixture: Mixture, name: &str, cols: usize) -> GgmlType {
@@ -532,6 +538,8 @@ mod tests {
         assert_eq!(plan.next("blk.0.attn_v.weight", &[64, 64], GgmlType::F32), GgmlType::Q4_0);
         assert_eq!(plan.next("output.weight", &[64, 64], GgmlType::F32), GgmlType::Q4_0);
         assert_eq!(plan.next("blk.0.attn_norm.weight", &[64], GgmlType::F32), GgmlType::F32);
+        assert_eq!(plan.overridden("blk.1.attn_k.weight"), Some(GgmlType::Q8_0));
+        assert_eq!(plan.overridden("blk.1.attn_v.weight"), None);
         assert_eq!(Recipe::parse("Q4_K_M"), Some(Recipe::Mixture(Mixture::Q4_K_M)));
         assert_eq!(Recipe::parse("q4_k"), Some(Recipe::Mixture(Mixture::Q4_K_M)), "llama-quantize's alias");
         assert_eq!(Recipe::parse("q4_k").unwrap().pure(), Recipe::Pure(GgmlType::Q4_K));
