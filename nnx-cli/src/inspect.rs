@@ -77,10 +77,8 @@ pub struct Args {
     /// find: reads every value.
     #[arg(long)]
     stats: bool,
-    /// Add the import plan into this architecture: llama, mistral, qwen2, qwen3, gemma3
-    /// (gemma3_text), gpt2 or bert (shaped by the files' own config; a GGUF file into the
-    /// first five).
-    #[arg(long, value_name = "ARCH", value_parser = crate::report::parse_architecture)]
+    // Its help lists the family table's names.
+    #[arg(long, value_name = "ARCH", value_parser = crate::report::parse_architecture, help = crate::report::model_help())]
     model: Option<String>,
     /// The memory plan's context length (default: the model's, at most 4096).
     #[arg(long, value_name = "N", requires = "report")]

@@ -5,12 +5,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use nnx::Archive;
 use nnx::adapter::{Adapter, AdapterFormat, LoraKind};
-use nnx::models::gemma3::{Gemma3, Gemma3Config};
-use nnx::models::llama::{Llama, LlamaConfig};
-use nnx::models::qwen::{Qwen, QwenConfig};
-use nnx::nn::Init;
-use nnx::{Archive, DType};
 
 use crate::common::{CliError, copy_folder_files};
 
@@ -120,34 +116,13 @@ fn merge(base: &Path, adapter: &Adapter, out: &Path) -> Result<String, CliError>
         return Err(CliError(format!("`{}` exists: name a new path for the merged model", out.display())));
     }
     let archive = Archive::open(base)?;
-    if let Some(metadata) = archive.gguf_metadata() {
+    if archive.gguf_metadata().is_some() {
         // Renamed to llama.cpp's names through the architecture's own mapping, then merged
         // tensor by tensor in each tensor's type.
         let adapter = if adapter.format == AdapterFormat::Gguf {
             adapter.clone()
         } else {
-            let tied = !archive.contains("output.weight");
-            match metadata.architecture().unwrap_or_default() {
-                "llama" => {
-                    let model = Llama::new(&LlamaConfig::from_gguf(metadata, tied)?, DType::F32, Init::Meta);
-                    adapter.renamed_for_gguf(&model, metadata)?
-                }
-                "qwen2" | "qwen3" => {
-                    let model = Qwen::new(&QwenConfig::from_gguf(metadata, tied)?, DType::F32, Init::Meta);
-                    adapter.renamed_for_gguf(&model, metadata)?
-                }
-                "gemma3" => {
-                    let model = Gemma3::new(&Gemma3Config::from_gguf(metadata, tied)?, DType::F32, Init::Meta);
-                    adapter.renamed_for_gguf(&model, metadata)?
-                }
-                other => {
-                    return Err(CliError(format!(
-                        "`{}` is a GGUF file of `{}`, whose names nnx cannot map from the adapter's: give a GGUF adapter (llama.cpp's `convert_lora_to_gguf.py`)",
-                        base.display(),
-                        nnx::text::printable(other)
-                    )));
-                }
-            }
+            nnx::models::adapter_for_gguf(base, &archive, adapter)?
         };
         adapter.merge_gguf(&archive)?.write(out)?;
         return Ok(format!(

@@ -35,13 +35,31 @@ const DEFAULT_CTX: usize = 4096;
 /// information, not a problem.
 const OUTLIER_SIGMAS: f64 = 25.0;
 
-/// The architectures `--model` plans an import into: the names the model families of
-/// `nnx::models::import_plan` answer to (`config.json`'s `model_type`, or the caller's).
-pub const ARCHITECTURES: [&str; 8] = ["llama", "mistral", "qwen2", "qwen3", "gemma3", "gemma3_text", "gpt2", "bert"];
+/// The names `--model` takes: the families of `nnx::models::family` by name or `model_type`.
+fn architectures() -> Vec<&'static str> {
+    nnx::models::family::names()
+}
 
-/// The architectures a GGUF file is planned into (its blocks read as the floats they decode
-/// to): the decoders llama.cpp's files name in `general.architecture`.
-const GGUF_ARCHITECTURES: [&str; 5] = ["llama", "mistral", "qwen2", "qwen3", "gemma3"];
+/// The names a GGUF file is planned into (its blocks read as the floats they decode to): the
+/// families whose models read llama.cpp's names.
+fn gguf_architectures() -> Vec<&'static str> {
+    let gguf = |name: &&str| nnx::models::family::from_name(name).is_some_and(|family| family.network.reads_gguf());
+    architectures().into_iter().filter(gguf).collect()
+}
+
+/// The help of `--model`, from the family table.
+pub fn model_help() -> String {
+    format!(
+        "Add the import plan into this architecture: {} (shaped by the files' own config; a GGUF file into {})",
+        architectures().join(", "),
+        gguf_architectures().join(", ")
+    )
+}
+
+/// `names` as a list of code spans.
+fn listed(names: &[&str]) -> String {
+    names.iter().map(|name| format!("`{name}`")).collect::<Vec<_>>().join(", ")
+}
 
 /// The roles of the quantization map, in the order of a block's computation.
 const ROLES: [&str; 19] = [
@@ -258,32 +276,33 @@ impl Plan {
     }
 }
 
-/// Checks a `--model` value against [`ARCHITECTURES`], before any file is read.
+/// Checks a `--model` value against the family table, before any file is read.
 ///
 /// # Errors
 /// A name nnx plans no import into, with the nearest name and every name.
 pub fn parse_architecture(text: &str) -> Result<String, String> {
-    if ARCHITECTURES.contains(&text) {
+    let names = architectures();
+    if names.contains(&text) {
         return Ok(text.to_string());
     }
-    let near = nearest_architecture(text);
+    let near = nearest_architecture(text, &names);
     Err(format!(
         "`{text}` is not an architecture nnx plans imports into{}: give one of {}",
         nnx::error::DidYouMean(near.as_deref()),
-        ARCHITECTURES.map(|name| format!("`{name}`")).join(", ")
+        listed(&names)
     ))
 }
 
 /// The architecture `text` likely means: the same name in other case, a name a small edit
 /// away, or one with two neighbouring letters swapped (`bret`), which an edit distance counts
 /// as two edits.
-fn nearest_architecture(text: &str) -> Option<String> {
+fn nearest_architecture(text: &str, names: &[&str]) -> Option<String> {
     let lower = text.to_ascii_lowercase();
-    if ARCHITECTURES.contains(&lower.as_str()) {
+    if names.contains(&lower.as_str()) {
         return Some(lower);
     }
-    nnx::__private::suggest(&lower, ARCHITECTURES)
-        .or_else(|| ARCHITECTURES.iter().find(|name| swapped_neighbours(&lower, name)).map(|name| name.to_string()))
+    nnx::__private::suggest(&lower, names.iter().copied())
+        .or_else(|| names.iter().find(|name| swapped_neighbours(&lower, name)).map(|name| name.to_string()))
 }
 
 /// Whether `a` is `b` with two neighbouring characters swapped.
@@ -294,16 +313,17 @@ fn swapped_neighbours(a: &str, b: &str) -> bool {
 }
 
 /// The plan of importing the checkpoint at `path` (opened as `archive`) into `architecture`
-/// (one of [`ARCHITECTURES`]).
+/// (a name of the family table).
 ///
 /// # Errors
 /// An architecture a GGUF file is not planned into; the errors of
 /// [`nnx::models::import_plan`] (a configuration it cannot read, files it cannot open).
 pub fn plan(path: &Path, archive: &Archive, architecture: &str) -> Result<Plan, CliError> {
-    if archive.gguf_metadata().is_some() && !GGUF_ARCHITECTURES.contains(&architecture) {
+    let gguf = gguf_architectures();
+    if archive.gguf_metadata().is_some() && !gguf.contains(&architecture) {
         return Err(CliError(format!(
             "`--model {architecture}` plans the import of a transformers folder: a GGUF file is planned into {}; give one of these, or the folder with `config.json`",
-            GGUF_ARCHITECTURES.map(|name| format!("`{name}`")).join(", ")
+            listed(&gguf)
         )));
     }
     let (architecture, plan) = nnx::models::import_plan(&path.to_string_lossy(), Some(architecture))?;
@@ -940,7 +960,10 @@ fn memory_plan(archive: &Archive, config: Option<&Value>, weights: u64, options:
         ("GGUF keys", arch.clone(), layers, kv_heads, key_dim, value_dim, context)
     } else {
         let config = config?;
-        let encoder = config.get("model_type").and_then(Value::as_str).is_some_and(|kind| kind.contains("bert"));
+        let encoder = config.get("model_type").and_then(Value::as_str).is_some_and(|kind| {
+            let ours = nnx::models::family::from_model_type(kind);
+            ours.is_some_and(|family| !family.generates()) || nnx::models::family::ENCODERS.contains(&kind)
+        });
         if encoder {
             // An encoder keeps no cache between calls.
             return None;

@@ -1,6 +1,9 @@
-//! `Archive`: named tensors from SafeTensors files (mapped, not read), shards or modules, with
-//! strict prefix-scoped loading that validates everything before reading a byte.
+//! `Archive`: named tensors over the sources every format registers (files mapped, not read;
+//! shards opened on first use; files in stores fetched when used; modules in memory), with
+//! strict prefix-scoped loading that validates everything before reading a byte. Which format
+//! a path holds is `format.rs`'s answer; each format's constructors live in its own module.
 
+use std::any::Any;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -11,13 +14,9 @@ use nnx_core::__private::{compare_specs, for_each_entry, for_each_entry_mut, joi
 use nnx_core::error::{Problem, ProblemKind};
 use nnx_core::{DType, FlatStateDict, LoadAction, LoadError, Module, Tensor, TensorSpec, module_specs};
 
-use crate::error::{Error, Result, ShardProblem, UnsavableProblem};
-use crate::format::{self, Holds};
-use crate::safetensors::header::Header;
-use crate::safetensors::index::{Shard, ShardIndex};
-use crate::safetensors::mapped::MappedFile;
+use crate::error::{Error, Result, UnsavableProblem};
+use crate::format;
 use crate::source::{self, DataError, Source, Store};
-use crate::torch;
 
 /// An entry to read, whole or a box of it: one `(start, len)` per stored axis.
 pub(crate) type Want<'a> = (&'a str, Option<Vec<(usize, usize)>>);
@@ -94,8 +93,9 @@ pub struct Archive {
     pub(crate) slots: HashMap<String, Slot>,
     metadata: BTreeMap<String, String>,
     origin: String,
-    /// The typed metadata of a GGUF file (of the first shard of a split one).
-    gguf: Option<Arc<crate::gguf::Metadata>>,
+    /// The metadata in the format's own types, for formats whose values are typed (those of a
+    /// GGUF file), which the format's module reads back.
+    typed_metadata: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl fmt::Debug for Archive {
@@ -113,7 +113,10 @@ impl Archive {
     /// Opens a `.safetensors` file, a PyTorch checkpoint (`.bin`, `.pt`, `.pth`), a shard index
     /// (`*.index.json`) or a folder holding one of them (`model.safetensors.index.json`, then
     /// `model.safetensors`, then `pytorch_model.bin.index.json`, then `pytorch_model.bin`, then
-    /// any single SafeTensors index, then every `*.safetensors` file as a union).
+    /// any single SafeTensors index, then every `*.safetensors` file as a union, then its GGUF
+    /// file), or a GGUF file (with every shard of a split one, `NAME-00001-of-00003.gguf`).
+    /// With the `remote` feature, a URL (`s3://`, `gs://`, `az://`, `http(s)://`, `hf://`) is
+    /// read where it is, with range requests and the default remote options.
     ///
     /// PyTorch checkpoints (the zip format, the legacy format before PyTorch 1.6, or a bare
     /// pickle) are read without executing anything: a restricted unpickler knows the few
@@ -140,41 +143,7 @@ impl Archive {
     /// checkpoint that cannot be read or that names a global other than those of a state dict,
     /// [`Error::EmptyFolder`].
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
-        let path = path.as_ref();
-        #[cfg(feature = "remote")]
-        if let Some(url) = path.to_str().filter(|text| crate::remote::is_remote(text)) {
-            return Archive::open_remote(url, &crate::remote::RemoteOptions::default());
-        }
-        #[cfg(not(feature = "remote"))]
-        if let Some((scheme, rest)) = path.to_str().and_then(|text| text.split_once("://"))
-            && ["s3", "gs", "gcs", "az", "azure", "http", "https"].contains(&scheme.to_ascii_lowercase().as_str())
-        {
-            // Without the feature, `s3://...` would be looked for as a local folder named `s3:`.
-            // The location is named without credentials or a query (a presigned URL's signature).
-            let rest = rest.split(['?', '#']).next().unwrap_or_default();
-            let (authority, object) = rest.split_once('/').unwrap_or((rest, ""));
-            let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-            let url = format!("{scheme}://{host}/{object}");
-            return Err(Error::Remote { url, problem: nnx_core::error::RemoteProblem::NotBuilt });
-        }
-        Archive::build(format::detect(path)?)
-    }
-
-    /// The archive of what [`format::detect`] found.
-    pub(crate) fn build(holds: Holds) -> Result<Archive> {
-        match holds {
-            Holds::SafeTensors(path) => Ok(Archive::from_file(MappedFile::open(&path)?)),
-            Holds::ShardIndex(path) => Archive::open_index(&path),
-            Holds::Torch(path) => Archive::open_checkpoint(&path),
-            Holds::TorchIndex(path) => Archive::open_torch_index(&path),
-            Holds::Gguf(paths) => Archive::open_gguf(&paths),
-            Holds::Files { dir, files } => {
-                let files = files.iter().map(|path| Ok(Archive::from_file(MappedFile::open(path)?)));
-                let mut archive = Archive::union(files.collect::<Result<Vec<_>>>()?)?;
-                archive.origin = format!("`{}`", dir.display());
-                Ok(archive)
-            }
-        }
+        format::open(path.as_ref())
     }
 
     /// An archive named after `path` (an index, say), with `metadata` and no entries yet.
@@ -188,168 +157,22 @@ impl Archive {
         self.slots.insert(name, Slot { store, at });
     }
 
-    /// A GGUF file or the shards of a split one: every tensor, and the metadata of the first
-    /// shard, typed and as text.
-    fn open_gguf(paths: &[PathBuf]) -> Result<Archive> {
-        let mut parts = Vec::with_capacity(paths.len());
-        let mut first_metadata = None;
-        for (index, path) in paths.iter().enumerate() {
-            if !path.is_file() {
-                let shard = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
-                return Err(Error::Gguf {
-                    path: path.clone(),
-                    problem: crate::error::GgufProblem::Split {
-                        shard,
-                        message: format!(
-                            "it is missing from the {} shards of the set: download every shard",
-                            paths.len()
-                        ),
-                    },
-                });
-            }
-            let file = crate::gguf::GgufFile::open(path)?;
-            crate::gguf::check_split(&file, index, paths.len())?;
-            let mut part = Archive::named(path, BTreeMap::new());
-            for (at, info) in file.header.tensors.iter().enumerate() {
-                part.push(info.name.clone(), file.clone(), at);
-            }
-            if index == 0 {
-                first_metadata = Some(file.header.metadata.clone());
-            }
-            parts.push(part);
-        }
-        let mut archive = if parts.len() == 1 { parts.pop().expect("one part") } else { Archive::union(parts)? };
-        archive.set_gguf_metadata(first_metadata.unwrap_or_default());
-        Ok(archive)
+    /// Names the archive after `path` (a folder whose files it joins), for messages.
+    pub(crate) fn set_origin(&mut self, path: &Path) {
+        self.origin = format!("`{}`", path.display());
     }
 
-    /// Sets the typed metadata of a GGUF file, and its text form as [`Archive::metadata`].
-    pub(crate) fn set_gguf_metadata(&mut self, metadata: crate::gguf::Metadata) {
-        self.metadata = metadata.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
-        self.gguf = Some(Arc::new(metadata));
+    /// Sets the metadata of a format whose values are typed: `typed`, which
+    /// [`Archive::typed_metadata`] gives back to the format's module, and its text form as
+    /// [`Archive::metadata`].
+    pub(crate) fn set_typed_metadata<T: Any + Send + Sync>(&mut self, text: BTreeMap<String, String>, typed: T) {
+        self.metadata = text;
+        self.typed_metadata = Some(Arc::new(typed));
     }
 
-    /// The typed metadata of a GGUF file (every value type, nested arrays); `None` for other
-    /// formats. [`Archive::metadata`] has the same keys as text, long arrays summarised.
-    pub fn gguf_metadata(&self) -> Option<&crate::gguf::Metadata> {
-        self.gguf.as_deref()
-    }
-
-    /// The ggml type entry `name` is stored as in a GGUF file; `None` for other entries.
-    pub fn ggml_type(&self, name: &str) -> Option<nnx_core::quant::ggml::GgmlType> {
-        let (source, at) = self.locate(name).ok()??;
-        Some(source.ggml(at)?.ok()?.ty)
-    }
-
-    /// Entry `name` as ggml stores it, its blocks a view of the file: what products that read
-    /// packed blocks take. Entries of other formats in a dtype GGUF has a type for (f32, f16,
-    /// bf16, f64, i8 to i64) are given as that type.
-    ///
-    /// # Errors
-    /// [`Error::NoEntry`], [`Error::GgmlUnsupported`] for another dtype, and the error of
-    /// reading the entry.
-    pub fn ggml(&self, name: &str) -> Result<crate::gguf::GgmlTensor> {
-        let (source, at) = self.require(name)?;
-        if let Some(packed) = source.ggml(at) {
-            return packed;
-        }
-        let tensor = source.tensor(at)?;
-        let Some(ty) = crate::gguf::ggml_type_of(tensor.dtype()) else {
-            return Err(Error::GgmlUnsupported {
-                op: "Archive::ggml",
-                ty: tensor.dtype().as_str(),
-                hint: "only GGUF entries and plain f32, f16, bf16, f64 and integer entries have a ggml type",
-            });
-        };
-        let data = Tensor::from_vec(tensor.to_bytes()?.into_owned(), &[tensor.byte_len()])?;
-        Ok(crate::gguf::GgmlTensor { ty, shape: tensor.shape().to_vec(), data })
-    }
-
-    /// A PyTorch checkpoint: its tensors (views of the mapped file) and plain values.
-    fn open_checkpoint(path: &Path) -> Result<Archive> {
-        let checkpoint = torch::read(path)?;
-        let mut archive = Archive {
-            origin: format!("`{}`", path.display()),
-            metadata: checkpoint.metadata,
-            names: Vec::with_capacity(checkpoint.entries.len()),
-            slots: HashMap::with_capacity(checkpoint.entries.len()),
-            gguf: None,
-        };
-        for (name, tensor) in checkpoint.entries {
-            archive.insert(name, tensor);
-        }
-        Ok(archive)
-    }
-
-    /// A shard index of PyTorch checkpoints (`pytorch_model.bin.index.json`): every shard is
-    /// read (a pickle parse each; tensor bytes stay mapped) and checked against the index.
-    fn open_torch_index(path: &Path) -> Result<Archive> {
-        let index = ShardIndex::read(path)?;
-        let mut shards = Vec::with_capacity(index.shards.len());
-        for shard in &index.shards {
-            if !shard.is_file() {
-                return Err(Error::MissingShard { index: path.to_path_buf(), shard: shard.clone() });
-            }
-            shards.push(Archive::open_checkpoint(shard)?);
-        }
-        let placed: HashMap<&str, usize> = index.weight_map.iter().map(|(name, at)| (name.as_str(), *at)).collect();
-        for (at, shard) in shards.iter().enumerate() {
-            if let Some(name) = shard.names().find(|name| placed.get(name).is_some_and(|&other| other != at)) {
-                return Err(Error::ShardMismatch {
-                    index: path.to_path_buf(),
-                    shard: index.shards[at].clone(),
-                    problem: ShardProblem::ElsewhereInIndex {
-                        name: name.to_string(),
-                        other: index.shards[placed[name]].clone(),
-                    },
-                });
-            }
-        }
-        let mut archive = Archive::named(path, index.metadata.clone());
-        for (name, at) in &index.weight_map {
-            let Some(slot) = shards[*at].slots.get(name) else {
-                return Err(Error::ShardMismatch {
-                    index: path.to_path_buf(),
-                    shard: index.shards[*at].clone(),
-                    problem: ShardProblem::MissingEntry { name: name.clone() },
-                });
-            };
-            archive.push(name.clone(), slot.store.clone(), slot.at);
-        }
-        Ok(archive)
-    }
-
-    fn open_index(path: &Path) -> Result<Archive> {
-        let index = Arc::new(ShardIndex::read(path)?);
-        let mut archive = Archive::named(path, index.metadata.clone());
-        let shards: Vec<Arc<dyn Store>> =
-            (0..index.shards.len()).map(|at| Arc::new(Shard::new(index.clone(), at)) as Arc<dyn Store>).collect();
-        for (name, shard) in &index.weight_map {
-            // A shard finds its entries by name when it is mapped.
-            archive.push(name.clone(), shards[*shard].clone(), 0);
-        }
-        Ok(archive)
-    }
-
-    fn from_file(file: Arc<MappedFile>) -> Archive {
-        Archive::from_header(&file.path, &file.header, file.clone())
-    }
-
-    /// The entries of one file's `header`, in its order, each the entry of that number in
-    /// `store`.
-    pub(crate) fn from_header(path: &Path, header: &Header, store: Arc<dyn Store>) -> Archive {
-        let mut archive = Archive {
-            origin: format!("`{}`", path.display()),
-            metadata: header.metadata.clone(),
-            names: Vec::with_capacity(header.entries.len()),
-            slots: HashMap::with_capacity(header.entries.len()),
-            gguf: None,
-        };
-        for (at, entry) in header.entries.iter().enumerate() {
-            archive.names.push(entry.name.clone());
-            archive.slots.insert(entry.name.clone(), Slot { store: store.clone(), at });
-        }
-        archive
+    /// The typed metadata set by [`Archive::set_typed_metadata`], when it is a `T`.
+    pub(crate) fn typed_metadata<T: Any>(&self) -> Option<&T> {
+        self.typed_metadata.as_deref()?.downcast_ref()
     }
 
     /// The tensors of `module`, named by their paths under `prefix` (`""` for none). Tensors
@@ -417,7 +240,7 @@ impl Archive {
         let mut selected = Archive {
             metadata: self.metadata.clone(),
             origin: self.origin.clone(),
-            gguf: self.gguf.clone(),
+            typed_metadata: self.typed_metadata.clone(),
             ..Archive::default()
         };
         for name in self.names.iter().filter(|name| under_prefix(name, prefix).is_some()) {
@@ -486,7 +309,11 @@ impl Archive {
         Error::NoEntry { origin: self.origin.clone(), name: name.to_string(), suggestion: suggest(name, self.names()) }
     }
 
-    fn require(&self, name: &str) -> Result<Located<'_>> {
+    /// Entry `name`'s source and its number there.
+    ///
+    /// # Errors
+    /// [`Error::NoEntry`] (with a did-you-mean suggestion), or the error of opening its shard.
+    pub(crate) fn require(&self, name: &str) -> Result<Located<'_>> {
         self.locate(name)?.ok_or_else(|| self.no_entry(name))
     }
 

@@ -1,12 +1,15 @@
 //! The one place that knows formats: magic bytes, file names and folder conventions.
-//! [`detect`] says what a local path holds, and `Archive::open` builds an archive from that
-//! answer; [`sniff`] names what a file that is not SafeTensors is, so its error can say what to
-//! do. A new format is one more arm of [`Holds`] here and one folder beside `safetensors/`.
+//! [`detect`] says what a local path holds and [`build`] hands it to the format that opens it;
+//! [`open`] (what `Archive::open` does) sends locations in stores to the remote reader, which
+//! asks [`open_object`] the same of an object's name; [`sniff`] names what a file that is not
+//! SafeTensors is, so its error can say what to do. A new format is one more arm of [`Holds`]
+//! here and one folder beside `safetensors/`.
 
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use crate::archive::Archive;
 use crate::error::{Error, FileKind, Result};
 use crate::safetensors::header::MAX_HEADER_BYTES;
 use crate::safetensors::index::shard_stem;
@@ -23,6 +26,74 @@ pub const OVERLAY_FILE: &str = "model-mla-delta.safetensors";
 /// The first pickle of every legacy PyTorch file (before PyTorch 1.6): protocol 2, the magic
 /// number 0x1950a86a20f9469cfc6c as a 10-byte `LONG1`, `STOP`.
 pub(crate) const TORCH_LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e";
+
+/// Opens what `path` holds: with the `remote` feature, a location in a store (`s3://`,
+/// `http(s)://`, `hf://`, ...) read with range requests; else what [`detect`] finds.
+///
+/// # Errors
+/// The errors of [`detect`] and of the format's reader; [`Error::Remote`] for a location in a
+/// store when the `remote` feature is not built.
+pub(crate) fn open(path: &Path) -> Result<Archive> {
+    #[cfg(feature = "remote")]
+    if let Some(url) = path.to_str().filter(|text| crate::remote::is_remote(text)) {
+        return Archive::open_remote(url, &crate::remote::RemoteOptions::default());
+    }
+    #[cfg(not(feature = "remote"))]
+    if let Some((scheme, rest)) = path.to_str().and_then(|text| text.split_once("://"))
+        && ["s3", "gs", "gcs", "az", "azure", "http", "https"].contains(&scheme.to_ascii_lowercase().as_str())
+    {
+        // Without the feature, `s3://...` would be looked for as a local folder named `s3:`.
+        // The location is named without credentials or a query (a presigned URL's signature).
+        let rest = rest.split(['?', '#']).next().unwrap_or_default();
+        let (authority, object) = rest.split_once('/').unwrap_or((rest, ""));
+        let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+        let url = format!("{scheme}://{host}/{object}");
+        return Err(Error::Remote { url, problem: nnx_core::error::RemoteProblem::NotBuilt });
+    }
+    build(detect(path)?)
+}
+
+/// The archive of what [`detect`] found, opened by the format that reads it.
+///
+/// # Errors
+/// The errors of the format's reader.
+pub(crate) fn build(holds: Holds) -> Result<Archive> {
+    match holds {
+        Holds::SafeTensors(path) => crate::safetensors::open(&path),
+        Holds::ShardIndex(path) => crate::safetensors::open_index(&path),
+        Holds::Torch(path) => crate::torch::open(&path),
+        Holds::TorchIndex(path) => crate::torch::open_index(&path),
+        Holds::Gguf(paths) => crate::gguf::open(&paths),
+        Holds::Files { dir, files } => crate::safetensors::open_files(&dir, &files),
+    }
+}
+
+/// Opens the object at `path` in `client`'s store by what its name says it holds (its first
+/// bytes would cost a request): a shard index (`*.json`), a GGUF file (with every shard of a
+/// split one), else a SafeTensors file. A PyTorch checkpoint is refused: it is read from a
+/// download.
+///
+/// # Errors
+/// [`Error::Remote`] for a PyTorch checkpoint and failed transfers, and the errors of the
+/// format's reader.
+#[cfg(feature = "remote")]
+pub(crate) fn open_object(
+    client: std::sync::Arc<crate::remote::Client>,
+    path: object_store::path::Path,
+) -> Result<Archive> {
+    let name = path.filename().unwrap_or_default().to_string();
+    if name.ends_with(".json") {
+        return crate::safetensors::remote::open_index(client, path);
+    }
+    if name.ends_with(".gguf") {
+        return crate::gguf::remote::open(client, path);
+    }
+    if [".bin", ".pt", ".pth"].iter().any(|end| name.ends_with(end)) {
+        let url = client.url(&path);
+        return Err(Error::Remote { url, problem: nnx_core::error::RemoteProblem::NotSafeTensors });
+    }
+    crate::safetensors::remote::open(client, path)
+}
 
 /// What a local path holds, as far as its name, its first bytes and a folder's listing tell.
 #[derive(Debug, PartialEq, Eq)]
@@ -173,13 +244,6 @@ fn file_name(path: &Path) -> &str {
 /// Whether a shard index names PyTorch checkpoints (`pytorch_model.bin.index.json`).
 fn is_torch_index(file_name: &str) -> bool {
     [".bin.index.json", ".pt.index.json", ".pth.index.json"].iter().any(|end| file_name.ends_with(end))
-}
-
-/// Whether a file name is that of a PyTorch checkpoint (`.bin`, `.pt`, `.pth`), for stores,
-/// where first bytes cost a request.
-#[cfg(feature = "remote")]
-pub(crate) fn has_torch_name(file_name: &str) -> bool {
-    [".bin", ".pt", ".pth"].iter().any(|end| file_name.ends_with(end))
 }
 
 /// The first bytes of every GGUF file.

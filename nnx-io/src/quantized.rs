@@ -471,7 +471,7 @@ impl QuantizedFolder {
 
 /// The model files of a folder, without the overlay file (see [`format::detect_quantized`]).
 fn open_model_files(dir: &Path) -> Result<Archive> {
-    Archive::build(format::detect_quantized(dir)?)
+    format::build(format::detect_quantized(dir)?)
 }
 
 /// Writes `archive` as a model folder: page-aligned shards `model-0000K-of-0000N.safetensors`

@@ -1,11 +1,15 @@
 //! The contract every format's entries implement, so that an archive holds sources and never
-//! asks which format an entry came from: a mapped SafeTensors file, a shard mapped on first use,
-//! a tensor in memory (those of a PyTorch checkpoint among them) and, with the `remote` feature,
-//! a file in a store.
+//! asks which format an entry came from: a mapped file, a shard mapped on first use, a tensor
+//! in memory, or a file whose bytes are fetched (one in a store), read through the [`Fetcher`]
+//! of its store so that reads of many entries go out together.
 
+use std::any::Any;
 use std::borrow::Cow;
+use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 
+use nnx_core::quant::ggml::GgmlType;
 use nnx_core::{DType, Tensor};
 
 use crate::archive::{EntryLocation, Want};
@@ -20,9 +24,10 @@ pub(crate) trait Store: Send + Sync {
     /// The error of opening the source.
     fn open(&self, name: &str, at: usize) -> Result<(&dyn Source, usize)>;
 
-    /// The file in a store this store reads from, without opening anything.
-    #[cfg(feature = "remote")]
-    fn remote(&self) -> Option<&std::sync::Arc<crate::remote::RemoteFile>> {
+    /// The object this store's bytes are fetched from, without opening anything; `None` for
+    /// files on disk and tensors in memory.
+    #[cfg_attr(not(feature = "remote"), expect(dead_code, reason = "asked only for transfer counts"))]
+    fn fetched(&self) -> Option<&FetchedObject> {
         None
     }
 }
@@ -32,9 +37,8 @@ impl<S: Source> Store for S {
         Ok((self, at))
     }
 
-    #[cfg(feature = "remote")]
-    fn remote(&self) -> Option<&std::sync::Arc<crate::remote::RemoteFile>> {
-        Source::remote(self)
+    fn fetched(&self) -> Option<&FetchedObject> {
+        Source::fetched(self)
     }
 }
 
@@ -62,20 +66,55 @@ pub(crate) trait Source: Send + Sync {
         false
     }
 
-    /// Entry `at`'s packed bytes, for writers: borrowed from a mapping where they lie in one.
-    /// Errors of tensors in memory are `nnx_core` errors that the writer names.
+    /// Entry `at`'s bytes in its dtype, for writers: borrowed from a mapping where they lie in
+    /// one. Errors of tensors in memory are `nnx_core` errors that the writer names.
     fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, DataError>;
 
-    /// Entry `at` kept as ggml stores it; `None` for formats without ggml types.
-    fn ggml(&self, _at: usize) -> Option<Result<crate::gguf::GgmlTensor>> {
+    /// The ggml type entry `at` is stored as, from the header; `None` for formats without
+    /// ggml types.
+    fn ggml_type(&self, _at: usize) -> Option<GgmlType> {
         None
     }
 
-    /// The file in a store this source reads from, so that reads of many entries go out as one
-    /// batch of range requests.
-    #[cfg(feature = "remote")]
-    fn remote(&self) -> Option<&std::sync::Arc<crate::remote::RemoteFile>> {
+    /// Entry `at`'s bytes as they are stored, as a U8 tensor of one axis: the packed blocks of
+    /// an entry with a ggml type (a view of the file where the format gives one), else a copy
+    /// of [`Source::data`].
+    ///
+    /// # Errors
+    /// The error of reading the bytes.
+    fn packed(&self, at: usize) -> Result<Tensor> {
+        let bytes = self.data(at).map_err(DataError::into_error)?.into_owned();
+        let len = bytes.len();
+        Tensor::from_vec(bytes, &[len])
+    }
+
+    /// The object the bytes are fetched from, for a source whose bytes are fetched rather than
+    /// mapped (a file in a store); `None` for the others.
+    fn fetched(&self) -> Option<&FetchedObject> {
         None
+    }
+
+    /// The byte ranges of the file that hold box `boxed` of entry `at` (one `(start, len)` per
+    /// axis; the whole entry for `None`), in the order of its values, and the shape of what
+    /// they hold: the box, or the whole entry when its values cannot be cut at a byte
+    /// (sub-byte dtypes). What a fetched source asks its fetcher for.
+    fn byte_ranges(&self, at: usize, boxed: Option<&[(usize, usize)]>) -> (Vec<Range<u64>>, Vec<usize>) {
+        let (dtype, shape) = self.spec(at);
+        let start = self.location(at).map_or(0, |location| location.file_offset as u64);
+        match (dtype.size_in_bytes(), boxed) {
+            (Some(element), Some(boxed)) => {
+                (box_ranges(shape, boxed, element, start), boxed.iter().map(|&(_, len)| len).collect())
+            }
+            _ => (std::iter::once(start..start + self.stored_bytes(at) as u64).collect(), shape.to_vec()),
+        }
+    }
+
+    /// The tensor of `shape` that `bytes` hold: the bytes of [`Source::byte_ranges`], joined.
+    ///
+    /// # Errors
+    /// Bytes that do not make a tensor of entry `at`'s dtype.
+    fn assemble(&self, at: usize, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+        Tensor::from_bytes(self.spec(at).0, shape, bytes)
     }
 }
 
@@ -85,6 +124,15 @@ pub(crate) enum DataError {
     Tensor(nnx_core::Error),
     /// An error that already says all.
     Io(crate::Error),
+}
+
+impl DataError {
+    /// The error as it is, for callers that have no entry to name.
+    fn into_error(self) -> crate::Error {
+        match self {
+            DataError::Tensor(error) | DataError::Io(error) => error,
+        }
+    }
 }
 
 /// A tensor in memory is a source of one entry.
@@ -118,6 +166,37 @@ impl Source for Tensor {
     }
 }
 
+/// An object whose bytes are fetched (a file in a store): the fetcher of its store, its name
+/// there, and its version (an ETag, else its size and date), so that bytes kept from another
+/// version are never used.
+#[derive(Clone)]
+#[cfg_attr(not(feature = "remote"), expect(dead_code, reason = "only fetchers read the name and version"))]
+pub(crate) struct FetchedObject {
+    /// The fetcher of the object's store, shared by every object of it.
+    pub(crate) fetcher: Arc<dyn Fetcher>,
+    /// The object's name in its store.
+    pub(crate) name: String,
+    /// The object's version.
+    pub(crate) version: String,
+}
+
+/// Fetches byte ranges of the objects of one store: what the sources of files in a store read
+/// through, so that the reads of many entries go out as one batch (neighbours coalesced,
+/// several requests in flight). It is `Any` so that the transport that implements it can find
+/// its own fetchers behind an archive's sources again (for their transfer counts).
+pub(crate) trait Fetcher: Any + Send + Sync {
+    /// Fetches the ranges of every request (objects of this fetcher's store) together, and
+    /// hands `take` each request's number and its bytes: those of its ranges, in order, joined.
+    ///
+    /// # Errors
+    /// The errors of a transfer, and those of `take`.
+    fn fetch(
+        &self,
+        requests: &[(&FetchedObject, Vec<Range<u64>>)],
+        take: &mut dyn FnMut(usize, &[u8]) -> Result<()>,
+    ) -> Result<()>;
+}
+
 /// The box `boxed` of `tensor` (a view), or the tensor when it already has that shape.
 pub(crate) fn narrow_to(mut tensor: Tensor, boxed: Option<&[(usize, usize)]>) -> Result<Tensor> {
     for (axis, &(start, len)) in boxed.unwrap_or_default().iter().enumerate() {
@@ -128,9 +207,17 @@ pub(crate) fn narrow_to(mut tensor: Tensor, boxed: Option<&[(usize, usize)]>) ->
     Ok(tensor)
 }
 
+/// The reads of a batch that go through one fetcher.
+struct Batch<'a> {
+    fetcher: &'a Arc<dyn Fetcher>,
+    requests: Vec<(&'a FetchedObject, Vec<Range<u64>>)>,
+    /// Per request: its place in the batch, its source and entry, and the shape its bytes hold.
+    reads: Vec<(usize, &'a dyn Source, usize, Vec<usize>)>,
+}
+
 /// Reads entries at once, each whole or a box of it (one `(start, len)` per stored axis):
-/// views for files and memory, and one batch of range requests for every entry in a store
-/// (only the bytes of the boxes, neighbours coalesced, several requests in flight).
+/// views for files and memory, and for files in stores one batch per store, fetching only
+/// the bytes of the boxes.
 ///
 /// # Errors
 /// The errors of `locate`, of reading an entry or of a transfer.
@@ -139,20 +226,93 @@ pub(crate) fn read_batch<'a>(
     locate: impl Fn(&str) -> Result<(&'a dyn Source, usize)>,
 ) -> Result<Vec<Tensor>> {
     let mut out: Vec<Option<Tensor>> = vec![None; wants.len()];
-    #[cfg(feature = "remote")]
-    let mut remote = Vec::new();
+    let mut batches: Vec<Batch<'a>> = Vec::new();
     for (index, (name, boxed)) in wants.iter().enumerate() {
         let (source, at) = locate(name)?;
-        #[cfg(feature = "remote")]
-        if let Some(file) = source.remote() {
-            remote.push((index, file.clone(), at, boxed.as_deref()));
+        let Some(object) = source.fetched() else {
+            out[index] = Some(narrow_to(source.tensor(at)?, boxed.as_deref())?);
             continue;
-        }
-        out[index] = Some(narrow_to(source.tensor(at)?, boxed.as_deref())?);
+        };
+        let (ranges, shape) = source.byte_ranges(at, boxed.as_deref());
+        let batch = match batches.iter().position(|batch| Arc::ptr_eq(batch.fetcher, &object.fetcher)) {
+            Some(found) => &mut batches[found],
+            None => {
+                batches.push(Batch { fetcher: &object.fetcher, requests: Vec::new(), reads: Vec::new() });
+                batches.last_mut().expect("a batch was pushed")
+            }
+        };
+        batch.requests.push((object, ranges));
+        batch.reads.push((index, source, at, shape));
     }
-    #[cfg(feature = "remote")]
-    for (index, tensor) in crate::remote::read_batch(&remote)? {
-        out[index] = Some(tensor);
+    for batch in &batches {
+        batch.fetcher.fetch(&batch.requests, &mut |request, bytes| {
+            let (index, source, at, shape) = &batch.reads[request];
+            let tensor = source.assemble(*at, shape, bytes)?;
+            out[*index] = Some(narrow_to(tensor, wants[*index].1.as_deref())?);
+            Ok(())
+        })?;
     }
     Ok(out.into_iter().map(|tensor| tensor.expect("every entry was read")).collect())
+}
+
+/// The byte ranges of a file holding the box `boxed` (one `(start, len)` per axis) of an
+/// entry of `shape` and `element` bytes per value starting at file offset `base`, in
+/// row-major order of the box: one range per row of the outer axes down to the innermost cut
+/// axis.
+pub(crate) fn box_ranges(shape: &[usize], boxed: &[(usize, usize)], element: usize, base: u64) -> Vec<Range<u64>> {
+    let count: usize = boxed.iter().map(|(_, len)| len).product();
+    if count == 0 {
+        return Vec::new();
+    }
+    let mut strides = vec![element as u64; shape.len()];
+    for axis in (0..shape.len().saturating_sub(1)).rev() {
+        strides[axis] = strides[axis + 1] * shape[axis + 1] as u64;
+    }
+    // The innermost axis that is cut: the axes inside it are whole, so each of its runs is
+    // contiguous.
+    let Some(cut) = (0..shape.len()).rev().find(|&axis| boxed[axis] != (0, shape[axis])) else {
+        let total: u64 = shape.iter().map(|&size| size as u64).product::<u64>() * element as u64;
+        return std::iter::once(base..base + total).collect();
+    };
+    let run = boxed[cut].1 as u64 * strides[cut];
+    let inner = base + boxed[cut].0 as u64 * strides[cut];
+    let mut ranges = Vec::with_capacity(boxed[..cut].iter().map(|(_, len)| len).product());
+    let mut index = vec![0usize; cut];
+    loop {
+        let offset: u64 = (0..cut).map(|axis| (boxed[axis].0 + index[axis]) as u64 * strides[axis]).sum();
+        ranges.push(inner + offset..inner + offset + run);
+        // The next index of the outer axes, last axis fastest.
+        let mut axis = cut;
+        loop {
+            if axis == 0 {
+                return ranges;
+            }
+            axis -= 1;
+            index[axis] += 1;
+            if index[axis] < boxed[axis].1 {
+                break;
+            }
+            index[axis] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)]
+    fn boxes_become_one_range_per_row_of_the_outer_axes() {
+        // A whole entry is one range.
+        assert_eq!(box_ranges(&[4, 6], &[(0, 4), (0, 6)], 2, 100), [100..148]);
+        // Rows 1..3: one range.
+        assert_eq!(box_ranges(&[4, 6], &[(1, 2), (0, 6)], 2, 0), [12..36]);
+        // Columns 3..6 of every row: one range per row.
+        assert_eq!(box_ranges(&[2, 6], &[(0, 2), (3, 3)], 4, 0), [12..24, 36..48]);
+        // A cut middle axis of a rank-3 entry.
+        assert_eq!(box_ranges(&[2, 4, 3], &[(1, 1), (2, 2), (0, 3)], 1, 8), [8 + 18..8 + 24]);
+        assert_eq!(box_ranges(&[2, 0], &[(0, 2), (0, 0)], 4, 0), Vec::<Range<u64>>::new());
+        assert_eq!(box_ranges(&[], &[], 4, 8), [8..12]);
+    }
 }

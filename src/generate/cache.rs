@@ -12,7 +12,7 @@ use crate::{Compute, Device, Error, Host, Tensor};
 /// (rotary angles, learned position rows) count from its first real token. All sequences then
 /// share one fill level, [`len`](KvCache::len), so that a step writes one block of rows.
 ///
-/// A model fills it through [`CausalLm::forward_cached`](crate::models::CausalLm::forward_cached):
+/// A model fills it through [`CausalLm::forward_cached`](super::CausalLm::forward_cached):
 /// per layer [`update`](KvCache::update), then one [`advance`](KvCache::advance).
 #[derive(Clone, Debug)]
 pub struct KvCache<D: Device = Host> {

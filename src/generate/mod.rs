@@ -26,6 +26,7 @@
 //! ```
 
 mod cache;
+mod causal;
 #[cfg(feature = "text")]
 mod chat;
 #[cfg(feature = "text")]
@@ -38,13 +39,14 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub use cache::KvCache;
+pub use causal::CausalLm;
+pub(crate) use causal::{cached_rows, check_capacity};
 #[cfg(feature = "text")]
 pub use chat::{ChatTemplate, Message};
 #[cfg(feature = "text")]
 pub use text::{TextStream, Tokenizer};
 
 use crate::error::ConfigProblem;
-use crate::models::CausalLm;
 use crate::{Error, Result};
 use sample::Rng;
 

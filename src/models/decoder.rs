@@ -6,10 +6,11 @@
 use std::path::{Path, PathBuf};
 
 use super::llama::RopeParameters;
+use super::{Dense, Weights};
 use crate::generate::KvCache;
 use crate::gguf::Metadata;
 use crate::nn::RmsNorm;
-use crate::{Compute, Device, Tensor};
+use crate::{Compute, Device, Host, Module, Tensor};
 
 /// The checks every decoder configuration (Llama, Qwen, Gemma 3) shares: sizes at least 1, the
 /// key/value heads dividing the query heads, an even head width of at most [`MAX_HEAD_DIM`], a
@@ -594,7 +595,7 @@ macro_rules! causal_lm {
             }
 
             fn new_cache(&self, batch: usize, capacity: usize) -> $crate::Result<$crate::generate::KvCache<D>> {
-                $crate::models::check_capacity(capacity, self.context_length())?;
+                $crate::generate::check_capacity(capacity, self.context_length())?;
                 let $c = &self.config;
                 $crate::generate::KvCache::new(
                     self.embed.cache_like(&self.norm.weight),
@@ -617,3 +618,34 @@ macro_rules! causal_lm {
     };
 }
 pub(crate) use causal_lm;
+
+/// The gated feed-forward network: `down(act(gate(x)) * up(x))` (SiLU for Llama and Qwen, tanh
+/// GELU for Gemma 3), shared by the decoders: one set of import names, one weight conversion.
+#[derive(Module, Clone, Debug)]
+pub struct Mlp<D: Device = Host, W: Weights = Dense> {
+    /// Gate projection.
+    #[nnx(from = "gate_proj", gguf = "ffn_gate")]
+    pub gate: W::Layer<D>,
+    /// Up projection.
+    #[nnx(from = "up_proj", gguf = "ffn_up")]
+    pub up: W::Layer<D>,
+    /// Down projection.
+    #[nnx(from = "down_proj", gguf = "ffn_down")]
+    pub down: W::Layer<D>,
+}
+
+impl<W: Weights> Mlp<Host, W> {
+    /// This MLP with its projections converted by `convert`, given each one's model path under
+    /// `path` (`layers.0.mlp`).
+    pub(crate) fn map<V: Weights>(
+        &self,
+        path: &str,
+        convert: &impl Fn(&str, &W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
+    ) -> crate::Result<Mlp<Host, V>> {
+        Ok(Mlp {
+            gate: convert(&format!("{path}.gate"), &self.gate)?,
+            up: convert(&format!("{path}.up"), &self.up)?,
+            down: convert(&format!("{path}.down"), &self.down)?,
+        })
+    }
+}

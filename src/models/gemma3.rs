@@ -11,9 +11,9 @@
 
 use std::path::Path;
 
+use super::decoder::Mlp;
 use super::decoder::{FULL, GgufKeys, Pass, Rotary, SLIDING, Shape, check_layer_types, linear_rope_factor};
 use super::llama::RopeParameters;
-use super::qwen::Mlp;
 use super::{Affine, Dense, Project, TokenEmbedding, Weights};
 use crate::generate::KvCache;
 use crate::gguf::Metadata;

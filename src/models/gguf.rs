@@ -36,12 +36,14 @@ pub fn export(dir: &Path) -> crate::Result<Option<GgufExport>> {
     }
     let text = nnx_io::config::read_text(&config_path)?;
     let kind: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    if kind["model_type"] != "llama" {
+    let model_type = kind["model_type"].as_str().unwrap_or_default();
+    let Some(family) = super::family::from_model_type(model_type).filter(|family| family.exports_gguf) else {
         return Ok(None);
-    }
+    };
+    let Some(&arch) = family.gguf_architectures.first() else { return Ok(None) };
     let config = LlamaConfig::from_file(&config_path)?;
     let archive = Archive::open(dir)?;
-    let mut export = llama(&config, &archive, dir)?;
+    let mut export = llama(&config, &archive, dir, arch)?;
     if let Some(name) = dir.file_name().and_then(|name| name.to_str()) {
         export.metadata.set("general.name", Value::String(name.to_string()));
     }
@@ -89,9 +91,9 @@ fn named<T>(archive: &Archive, dir: &Path, name: &str, result: crate::Result<T>)
     })
 }
 
-fn llama(config: &LlamaConfig, archive: &Archive, dir: &Path) -> crate::Result<GgufExport> {
+/// The GGUF form of a Llama checkpoint, its keys under `arch` (`general.architecture`).
+fn llama(config: &LlamaConfig, archive: &Archive, dir: &Path, arch: &str) -> crate::Result<GgufExport> {
     let mut metadata = Metadata::new();
-    let arch = "llama";
     let set = |metadata: &mut Metadata, key: &str, value: Value| metadata.set(format!("{arch}.{key}"), value);
     metadata.set("general.architecture", Value::String(arch.into()));
     let u32_of = |n: usize| Value::U32(n as u32);

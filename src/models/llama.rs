@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+pub use super::decoder::Mlp;
 use super::decoder::{Pass, Rotary};
 use super::{Affine, Dense, Project, TokenEmbedding, Weights};
 use crate::generate::KvCache;
@@ -296,20 +297,6 @@ pub struct Attention<D: Device = Host, W: Weights = Dense> {
     pub o: W::Layer<D>,
 }
 
-/// The SwiGLU feed-forward network: `down(silu(gate(x)) * up(x))`.
-#[derive(Module, Clone, Debug)]
-pub struct Mlp<D: Device = Host, W: Weights = Dense> {
-    /// Gate projection.
-    #[nnx(from = "gate_proj", gguf = "ffn_gate")]
-    pub gate: W::Layer<D>,
-    /// Up projection.
-    #[nnx(from = "up_proj", gguf = "ffn_up")]
-    pub up: W::Layer<D>,
-    /// Down projection.
-    #[nnx(from = "down_proj", gguf = "ffn_down")]
-    pub down: W::Layer<D>,
-}
-
 /// One decoder layer.
 #[derive(Module, Clone, Debug)]
 pub struct Layer<D: Device = Host, W: Weights = Dense> {
@@ -447,11 +434,7 @@ impl<W: Weights> Llama<Host, W> {
                         o: convert(&at("attn.o"), &attn.o)?,
                     },
                     mlp_norm: layer.mlp_norm.clone(),
-                    mlp: Mlp {
-                        gate: convert(&at("mlp.gate"), &mlp.gate)?,
-                        up: convert(&at("mlp.up"), &mlp.up)?,
-                        down: convert(&at("mlp.down"), &mlp.down)?,
-                    },
+                    mlp: mlp.map(&at("mlp"), &convert)?,
                 })
             })
             .collect::<crate::Result<Vec<_>>>()?;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
 use nnx_core::quant::{AffineSpec, QuantizedLinear, SeedLinear};
 
+use super::family::{self, Network};
 use super::gemma3::{Gemma3, Gemma3Config};
 use super::gpt2::{Gpt2, Gpt2Config};
 use super::llama::{Llama, LlamaConfig};
@@ -23,7 +24,7 @@ use crate::{Archive, DType, Device, Error, Host, ImportOptions, Module, Naming, 
 pub struct LoadedModel<D: Device = Host> {
     /// The model, on its device.
     pub model: Box<dyn CausalLm<Device = D>>,
-    /// The family: `llama`, `qwen2`, `qwen3`, `gemma3` or `gpt2`.
+    /// The family's name in [`super::family::FAMILIES`] (`llama`, `qwen3`, ...).
     pub architecture: String,
     /// How the weights are stored, in a few words (`bf16`, `ggml q8_0 (14), f32 (5)`).
     pub weights: String,
@@ -343,14 +344,14 @@ impl Files {
     }
 }
 
-/// `$body` with `$dense` bound to a decoder [`Family`]'s model, written once for the three
+/// `$body` with `$dense` bound to a decoder [`MetaModel`]'s model, written once for the three
 /// types, and the arms given for the other families.
 macro_rules! each_decoder {
     ($family:expr, |$dense:ident| $body:expr, $($rest:tt)*) => {
         match $family {
-            Family::Llama($dense) => $body,
-            Family::Qwen($dense) => $body,
-            Family::Gemma3($dense) => $body,
+            MetaModel::Llama($dense) => $body,
+            MetaModel::Qwen($dense) => $body,
+            MetaModel::Gemma3($dense) => $body,
             $($rest)*
         }
     };
@@ -371,8 +372,8 @@ macro_rules! loader {
             fn $gguf(&self, metadata: &crate::gguf::Metadata, target: &$target) -> Result<LoadedModel<$device>> {
                 let archive = &self.archive;
                 let architecture = metadata.architecture().unwrap_or_default().to_string();
-                let model = match Family::from_gguf(self, metadata, &architecture)? {
-                    Family::Llama(mut dense) => {
+                let model = match MetaModel::from_gguf(self, metadata, &architecture)? {
+                    MetaModel::Llama(mut dense) => {
                         pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         // q and k keep the file's rotary pair order (no reordered copy).
                         dense.stored_rope_rows = true;
@@ -386,7 +387,7 @@ macro_rules! loader {
                             |model: &mut Llama<$device, Ggml>| &mut model.lm_head,
                         )?
                     }
-                    Family::Qwen(mut dense) => {
+                    MetaModel::Qwen(mut dense) => {
                         pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
                         target.finish_ggml(
@@ -397,7 +398,7 @@ macro_rules! loader {
                             |model: &mut Qwen<$device, Ggml>| &mut model.lm_head,
                         )?
                     }
-                    Family::Gemma3(mut dense) => {
+                    MetaModel::Gemma3(mut dense) => {
                         pack_embedding::<$device, $target>(archive, &mut dense.embed)?;
                         let ggml = dense.map_weights::<Ggml>(ggml_meta(archive, &dense)?)?;
                         target.finish_ggml(
@@ -408,7 +409,7 @@ macro_rules! loader {
                             |model: &mut Gemma3<$device, Ggml>| &mut model.lm_head,
                         )?
                     }
-                    Family::Gpt2(_) | Family::Bert(_) => {
+                    MetaModel::Gpt2(_) | MetaModel::Bert(_) => {
                         return Err(unknown_architecture(&self.path, "`general.architecture`", &architecture));
                     }
                 };
@@ -442,18 +443,18 @@ macro_rules! loader {
                 let model_type = probe.model_type.clone().unwrap_or_default();
                 let kind = self.folder_kind(&probe)?;
                 let archive = &self.archive;
-                let family = Family::from_config(&config_path, &model_type, kind.dtype())?;
-                let architecture = family.name(&model_type);
-                let model = each_decoder!(family, |dense| self.assemble(
+                let meta = MetaModel::from_config(&config_path, &model_type, kind.dtype())?;
+                let architecture = family::from_name(&model_type).map_or("", |family| family.name);
+                let model = each_decoder!(meta, |dense| self.assemble(
                     dense,
                     kind,
                     target,
                     |dense, f| dense.map_weights::<Affine>(f),
                     |dense, f| dense.map_weights::<Seed>(f),
                 )?,
-                    Family::Gpt2(dense) => target.finish(dense, archive)?,
+                    MetaModel::Gpt2(dense) => target.finish(dense, archive)?,
                     // An encoder: nnx plans its import but has no causal model to run.
-                    Family::Bert(_) => return Err(unknown_architecture(&config_path, "`model_type`", &model_type)),
+                    MetaModel::Bert(_) => return Err(unknown_architecture(&config_path, "`model_type`", &model_type)),
                 );
                 let tokenizer = Tokenizer::from_folder(dir)?;
                 let bos_token_id = tokenizer.encode("")?.first().copied();
@@ -701,30 +702,11 @@ fn ggml_summary(archive: &Archive) -> String {
 /// The error for an architecture nnx does not run, named by `key` (in backticks) in the file at
 /// `path`: an encoder is told apart, with where to compute its embeddings instead.
 fn unknown_architecture(path: &Path, key: &'static str, found: &str) -> Error {
-    // `model_type` of transformers' encoders, and `general.architecture` of llama.cpp's.
-    const ENCODERS: &[&str] = &[
-        "bert",
-        "roberta",
-        "xlm-roberta",
-        "distilbert",
-        "camembert",
-        "albert",
-        "electra",
-        "mpnet",
-        "deberta",
-        "deberta-v2",
-        "modernbert",
-        "nomic_bert",
-        "nomic-bert",
-        "nomic-bert-moe",
-        "jina-bert-v2",
-        "modern-bert",
-        "neo-bert",
-    ];
-    if ENCODERS.contains(&found) {
-        let gguf = key == "`general.architecture`";
-        let remedy = match found {
-            "bert" if !gguf => "embed text with it by running `nnx embed MODEL TEXT...` instead",
+    let gguf = key == "`general.architecture`";
+    let ours = if gguf { family::from_gguf_architecture(found) } else { family::from_model_type(found) };
+    if ours.is_some_and(|family| !family.generates()) || family::ENCODERS.contains(&found) {
+        let remedy = match ours {
+            Some(_) if !gguf => "embed text with it by running `nnx embed MODEL TEXT...` instead",
             _ if gguf => {
                 "`nnx embed MODEL TEXT...` embeds text with the sentence-transformers folder of a BERT encoder, not with a GGUF file: run it on the folder the file was converted from"
             }
@@ -734,13 +716,38 @@ fn unknown_architecture(path: &Path, key: &'static str, found: &str) -> Error {
         };
         return Error::Encoder { path: path.to_path_buf(), key, found: found.to_string(), remedy };
     }
-    super::decoder::unusable(
-        path,
-        format!(
-            "{key} is `{found}`; nnx runs llama (and mistral), qwen2, qwen3, gemma3 and gpt2: \
-             convert the model to one of these or load it with its own type"
-        ),
-    )
+    let advice = if gguf {
+        "convert the model with llama.cpp's converter as one of these, or run its transformers folder"
+    } else {
+        "convert the model to one of these or load it with its own type"
+    };
+    super::decoder::unusable(path, format!("{key} is `{found}`; nnx runs {}: {advice}", family::supported(gguf)))
+}
+
+/// `adapter` (PEFT or MLX-LM) with llama.cpp's names for the GGUF file at `path`, open as
+/// `archive`: renamed through the mapping of the family its `general.architecture` names, q and
+/// k turned to the file's rotary row order, as [`Adapter::merge_gguf`](crate::adapter::Adapter::merge_gguf)
+/// merges it.
+///
+/// # Errors
+/// [`Error::Config`] for a file that is not GGUF or of an architecture nnx does not build;
+/// the errors of reading its keys and of renaming.
+pub fn adapter_for_gguf(
+    path: &Path,
+    archive: &Archive,
+    adapter: &crate::adapter::Adapter,
+) -> Result<crate::adapter::Adapter> {
+    let Some(metadata) = archive.gguf_metadata() else {
+        return Err(super::decoder::unusable(
+            path,
+            "it is not a GGUF file: a GGUF adapter renaming needs the GGUF base".into(),
+        ));
+    };
+    let architecture = metadata.architecture().unwrap_or_default();
+    let Some(family) = family::from_gguf_architecture(architecture) else {
+        return Err(unknown_architecture(path, "`general.architecture`", architecture));
+    };
+    MetaModel::from_gguf_at(path, archive, metadata, family)?.gguf_adapter(adapter, metadata)
 }
 
 /// The import plan of `source` (as [`load`] takes it) into the model nnx builds for
@@ -762,17 +769,24 @@ pub fn import_plan(source: &str, architecture: Option<&str>) -> Result<(String, 
     let files = Files::open(source)?;
     let archive = &files.archive;
     if let Some(metadata) = archive.gguf_metadata() {
-        let architecture = architecture.or(metadata.architecture()).unwrap_or_default().to_string();
-        let plan = Family::from_gguf(&files, metadata, &architecture)?.plan_dense(archive)?;
-        return Ok((architecture, plan));
+        let Some(asked) = architecture else {
+            let architecture = metadata.architecture().unwrap_or_default().to_string();
+            let plan = MetaModel::from_gguf(&files, metadata, &architecture)?.plan_dense(archive)?;
+            return Ok((architecture, plan));
+        };
+        let Some(family) = family::from_name(asked) else {
+            return Err(unknown_architecture(&files.path, "the architecture asked for", asked));
+        };
+        let plan = MetaModel::from_gguf_at(&files.path, archive, metadata, family)?.plan_dense(archive)?;
+        return Ok((asked.to_string(), plan));
     }
     let config_path = files.path.join("config.json");
     let probe: FolderConfig = super::read_config(&config_path, |_, _| Ok(()))?;
     let model_type = probe.model_type.as_deref().unwrap_or_default();
     let architecture = architecture.unwrap_or(model_type).to_string();
     let kind = files.folder_kind(&probe)?;
-    let family = Family::from_config(&config_path, &architecture, kind.dtype())?;
-    let plan = each_decoder!(family, |dense| files.plan_folder(
+    let meta = MetaModel::from_config(&config_path, &architecture, kind.dtype())?;
+    let plan = each_decoder!(meta, |dense| files.plan_folder(
         dense,
         kind,
         |dense, f| dense.map_weights::<Affine>(f),
@@ -787,7 +801,7 @@ pub fn import_plan(source: &str, architecture: Option<&str>) -> Result<(String, 
 /// (the GGUF keys or `config.json`) before a byte of weights is read: the loader packs or
 /// quantizes it as the files store it, the import plan reports on it, and both name the
 /// families alike.
-pub(super) enum Family {
+pub(super) enum MetaModel {
     Llama(Llama),
     Qwen(Qwen),
     Gemma3(Gemma3),
@@ -795,99 +809,119 @@ pub(super) enum Family {
     Bert(super::bert::Bert),
 }
 
-impl Family {
+impl MetaModel {
     /// The decoder `architecture` (`general.architecture`, or the caller's) describes in
     /// `metadata`, in f32, tied when the file has no `output.weight`.
     ///
     /// The hyperparameters are checked against the file's tensors first
     /// ([`GgufKeys::check_tensors`](super::decoder::GgufKeys::check_tensors)), so that nothing
     /// is sized from a value the tensors do not bear out.
-    fn from_gguf(files: &Files, metadata: &crate::gguf::Metadata, architecture: &str) -> Result<Family> {
-        let archive = &files.archive;
+    fn from_gguf(files: &Files, metadata: &crate::gguf::Metadata, architecture: &str) -> Result<MetaModel> {
+        let family = family::from_gguf_architecture(architecture).filter(|family| family.generates());
+        let Some(family) = family else {
+            return Err(unknown_architecture(&files.path, "`general.architecture`", architecture));
+        };
+        MetaModel::from_gguf_at(&files.path, &files.archive, metadata, family)
+    }
+
+    /// The model of `family` the GGUF file at `path` (open as `archive`) describes; a family
+    /// whose model does not read GGUF names is refused by name.
+    fn from_gguf_at(
+        path: &Path,
+        archive: &Archive,
+        metadata: &crate::gguf::Metadata,
+        family: &family::Family,
+    ) -> Result<MetaModel> {
         let tied = !archive.contains("output.weight");
-        let path = files.path.as_path();
-        let decoders = ["llama", "qwen2", "qwen3", "gemma3"];
-        if let Some(own) = metadata.architecture().filter(|own| decoders.contains(own)) {
+        let gguf_family = |name: &str| family::from_gguf_architecture(name).filter(|family| family.generates());
+        if let Some(own) = metadata.architecture().filter(|own| gguf_family(own).is_some()) {
             let keys = super::decoder::GgufKeys::new(metadata, &[own], "nnx", path)?;
             keys.check_tensors(archive.names(), |name| {
                 archive.entry_spec(name).ok().flatten().map(|(_, shape)| shape)
             })?;
         }
-        Ok(match architecture {
-            "llama" | "mistral" => {
-                let mut dense =
-                    Llama::new(&LlamaConfig::from_gguf_at(metadata, tied, path)?, DType::F32, crate::nn::Init::Meta);
+        let meta = crate::nn::Init::Meta;
+        Ok(match family.network {
+            Network::Llama => {
+                let mut dense = Llama::new(&LlamaConfig::from_gguf_at(metadata, tied, path)?, DType::F32, meta);
                 // Llama 3's rope scaling is in the file only as `rope_freqs.weight`.
                 if let Some((_, shape)) = archive.entry_spec("rope_freqs.weight")? {
                     dense.rope_freqs = Some(Tensor::meta(DType::F32, &shape));
                 }
-                Family::Llama(dense)
+                MetaModel::Llama(dense)
             }
-            "qwen2" | "qwen3" => Family::Qwen(Qwen::new(
-                &QwenConfig::from_gguf_at(metadata, tied, path)?,
-                DType::F32,
-                crate::nn::Init::Meta,
-            )),
-            "gemma3" => Family::Gemma3(Gemma3::new(
-                &Gemma3Config::from_gguf_at(metadata, tied, path)?,
-                DType::F32,
-                crate::nn::Init::Meta,
-            )),
-            other => return Err(unknown_architecture(&files.path, "`general.architecture`", other)),
+            Network::Qwen => {
+                MetaModel::Qwen(Qwen::new(&QwenConfig::from_gguf_at(metadata, tied, path)?, DType::F32, meta))
+            }
+            Network::Gemma3 => {
+                MetaModel::Gemma3(Gemma3::new(&Gemma3Config::from_gguf_at(metadata, tied, path)?, DType::F32, meta))
+            }
+            Network::Gpt2 | Network::Bert => {
+                return Err(super::decoder::unusable(
+                    path,
+                    format!(
+                        "nnx reads `{}` models from transformers folders, not from GGUF files: give the folder",
+                        family.name
+                    ),
+                ));
+            }
         })
     }
 
     /// The model `model_type` (`config.json`'s, or the caller's) names, built from
     /// `config_path` in `dtype`.
-    pub(super) fn from_config(config_path: &Path, model_type: &str, dtype: DType) -> Result<Family> {
+    pub(super) fn from_config(config_path: &Path, model_type: &str, dtype: DType) -> Result<MetaModel> {
         let meta = crate::nn::Init::Meta;
-        Ok(match model_type {
-            "llama" | "mistral" => Family::Llama(Llama::new(&LlamaConfig::from_file(config_path)?, dtype, meta)),
-            "qwen2" | "qwen3" => Family::Qwen(Qwen::new(&QwenConfig::from_file(config_path)?, dtype, meta)),
-            "gemma3_text" | "gemma3" => {
-                Family::Gemma3(Gemma3::new(&Gemma3Config::from_file(config_path)?, dtype, meta))
+        let Some(family) = family::from_name(model_type) else {
+            return Err(unknown_architecture(config_path, "`model_type`", model_type));
+        };
+        Ok(match family.network {
+            Network::Llama => MetaModel::Llama(Llama::new(&LlamaConfig::from_file(config_path)?, dtype, meta)),
+            Network::Qwen => MetaModel::Qwen(Qwen::new(&QwenConfig::from_file(config_path)?, dtype, meta)),
+            Network::Gemma3 => MetaModel::Gemma3(Gemma3::new(&Gemma3Config::from_file(config_path)?, dtype, meta)),
+            Network::Gpt2 => MetaModel::Gpt2(Gpt2::new(&Gpt2Config::from_file(config_path)?, dtype, meta)),
+            Network::Bert => {
+                MetaModel::Bert(super::bert::Bert::new(&super::bert::BertConfig::from_file(config_path)?, dtype, meta))
             }
-            "gpt2" => Family::Gpt2(Gpt2::new(&Gpt2Config::from_file(config_path)?, dtype, meta)),
-            "bert" => {
-                Family::Bert(super::bert::Bert::new(&super::bert::BertConfig::from_file(config_path)?, dtype, meta))
-            }
-            other => return Err(unknown_architecture(config_path, "`model_type`", other)),
         })
+    }
+
+    /// `adapter` renamed to the GGUF file's names and q/k row order
+    /// ([`crate::adapter::Adapter::renamed_for_gguf`]).
+    fn gguf_adapter(
+        &self,
+        adapter: &crate::adapter::Adapter,
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<crate::adapter::Adapter> {
+        match self {
+            MetaModel::Llama(dense) => adapter.renamed_for_gguf(dense, metadata),
+            MetaModel::Qwen(dense) => adapter.renamed_for_gguf(dense, metadata),
+            MetaModel::Gemma3(dense) => adapter.renamed_for_gguf(dense, metadata),
+            MetaModel::Gpt2(dense) => adapter.renamed_for_gguf(dense, metadata),
+            MetaModel::Bert(dense) => adapter.renamed_for_gguf(dense, metadata),
+        }
     }
 
     /// `adapter` in the layout the model's files store its weights in
     /// ([`crate::adapter::Adapter::in_model_layout`]).
     pub(super) fn adapter_layout(&self, adapter: &crate::adapter::Adapter) -> crate::adapter::Adapter {
         match self {
-            Family::Llama(dense) => adapter.in_model_layout(dense),
-            Family::Qwen(dense) => adapter.in_model_layout(dense),
-            Family::Gemma3(dense) => adapter.in_model_layout(dense),
-            Family::Gpt2(dense) => adapter.in_model_layout(dense),
-            Family::Bert(dense) => adapter.in_model_layout(dense),
+            MetaModel::Llama(dense) => adapter.in_model_layout(dense),
+            MetaModel::Qwen(dense) => adapter.in_model_layout(dense),
+            MetaModel::Gemma3(dense) => adapter.in_model_layout(dense),
+            MetaModel::Gpt2(dense) => adapter.in_model_layout(dense),
+            MetaModel::Bert(dense) => adapter.in_model_layout(dense),
         }
     }
 
     /// The plan of importing the files into the dense model as it is.
     fn plan_dense(&self, archive: &Archive) -> Result<crate::ImportPlan> {
         match self {
-            Family::Llama(dense) => archive.import_plan(dense, ""),
-            Family::Qwen(dense) => archive.import_plan(dense, ""),
-            Family::Gemma3(dense) => archive.import_plan(dense, ""),
-            Family::Gpt2(dense) => archive.import_plan(dense, ""),
-            Family::Bert(dense) => archive.import_plan(dense, ""),
-        }
-    }
-
-    /// The family's name as [`LoadedModel::architecture`] gives it (`model_type` tells Qwen 2
-    /// from Qwen 3, whose models are one type).
-    fn name(&self, model_type: &str) -> &'static str {
-        match self {
-            Family::Llama(_) => "llama",
-            Family::Qwen(_) if model_type == "qwen2" => "qwen2",
-            Family::Qwen(_) => "qwen3",
-            Family::Gemma3(_) => "gemma3",
-            Family::Gpt2(_) => "gpt2",
-            Family::Bert(_) => "bert",
+            MetaModel::Llama(dense) => archive.import_plan(dense, ""),
+            MetaModel::Qwen(dense) => archive.import_plan(dense, ""),
+            MetaModel::Gemma3(dense) => archive.import_plan(dense, ""),
+            MetaModel::Gpt2(dense) => archive.import_plan(dense, ""),
+            MetaModel::Bert(dense) => archive.import_plan(dense, ""),
         }
     }
 }

@@ -201,7 +201,7 @@ pub fn in_files_layout(adapter: &Adapter, path: &Path) -> Adapter {
         return adapter.clone();
     };
     let model_type = value.get("model_type").and_then(serde_json::Value::as_str).unwrap_or_default();
-    match super::load::Family::from_config(&config_path, model_type, crate::DType::F32) {
+    match super::load::MetaModel::from_config(&config_path, model_type, crate::DType::F32) {
         Ok(family) => family.adapter_layout(adapter),
         Err(_) => adapter.clone(),
     }

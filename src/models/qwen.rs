@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+pub use super::decoder::Mlp;
 use super::decoder::{GgufKeys, Pass, Rotary, SLIDING, Shape, check_layer_types, linear_rope_factor, unusable};
 use super::llama::RopeParameters;
 use super::{Affine, Dense, Project, TokenEmbedding, Weights};
@@ -276,37 +277,6 @@ pub struct Attention<D: Device = Host, W: Weights = Dense> {
     /// Qwen3: RMSNorm of each key head (over `head_dim`), before the rotary embedding.
     #[nnx(gguf = "attn_k_norm")]
     pub k_norm: Option<RmsNorm<D>>,
-}
-
-/// The gated feed-forward network: `down(act(gate(x)) * up(x))` (SiLU for Qwen, tanh GELU for
-/// Gemma 3).
-#[derive(Module, Clone, Debug)]
-pub struct Mlp<D: Device = Host, W: Weights = Dense> {
-    /// Gate projection.
-    #[nnx(from = "gate_proj", gguf = "ffn_gate")]
-    pub gate: W::Layer<D>,
-    /// Up projection.
-    #[nnx(from = "up_proj", gguf = "ffn_up")]
-    pub up: W::Layer<D>,
-    /// Down projection.
-    #[nnx(from = "down_proj", gguf = "ffn_down")]
-    pub down: W::Layer<D>,
-}
-
-impl<W: Weights> Mlp<Host, W> {
-    /// This MLP with its projections converted by `convert`, given each one's model path under
-    /// `path` (`layers.0.mlp`).
-    pub(crate) fn map<V: Weights>(
-        &self,
-        path: &str,
-        convert: &impl Fn(&str, &W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
-    ) -> crate::Result<Mlp<Host, V>> {
-        Ok(Mlp {
-            gate: convert(&format!("{path}.gate"), &self.gate)?,
-            up: convert(&format!("{path}.up"), &self.up)?,
-            down: convert(&format!("{path}.down"), &self.down)?,
-        })
-    }
 }
 
 /// One decoder layer.

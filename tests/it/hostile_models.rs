@@ -38,7 +38,7 @@ fn run(case: &str, model: &Path, prompt: &str) -> Bounded {
 }
 
 /// `source` rewritten to `dir/name` with the metadata `key` set to `value`.
-fn rewritten_gguf(source: &Path, key: &str, value: nnx::gguf::Value, dir: &Path, name: &str) -> PathBuf {
+pub fn rewritten_gguf(source: &Path, key: &str, value: nnx::gguf::Value, dir: &Path, name: &str) -> PathBuf {
     let archive = nnx::Archive::open(source).unwrap();
     let mut writer = nnx::gguf::GgufWriter::new();
     *writer.metadata_mut() = archive.gguf_metadata().unwrap().clone();

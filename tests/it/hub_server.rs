@@ -8,7 +8,7 @@
 //! with that client.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,17 +21,16 @@ use serde_json::{Value, json};
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
+use crate::http_support::{ReadError, Request, percent_decode, read_request};
+
 /// The one token allowed to write (create repos, upload, commit): it stands for the owner of
 /// every repository.
 pub const WRITE_TOKEN: &str = "hf_test_write";
 
 /// Files at least this big are LFS unless [`FakeHub::set_lfs_threshold`] says otherwise.
 const DEFAULT_LFS_THRESHOLD: usize = 1024;
-// Bounds on what a client can make the server read or do, so that every loop ends.
-const MAX_HEAD_BYTES: usize = 64 * 1024;
-const MAX_HEADERS: usize = 128;
-const MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
-const MAX_CHUNKS: usize = 1 << 20;
+// Bounds on what a client can make the server do, so that every loop ends (those on reading a
+// request are `http_support`'s).
 const MAX_REQUESTS_PER_CONNECTION: usize = 10_000;
 const MAX_CONNECTIONS: usize = 100_000;
 /// An idle keep-alive connection is closed after this long.
@@ -352,192 +351,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream, origin: Origin) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// HTTP/1.1 framing
-
-struct Request {
-    method: String,
-    target: String,
-    version: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str())
-    }
-
-    fn path(&self) -> &str {
-        self.target.split_once('?').map_or(self.target.as_str(), |(path, _)| path)
-    }
-
-    fn query(&self) -> &str {
-        self.target.split_once('?').map_or("", |(_, query)| query)
-    }
-
-    /// The decoded value of query parameter `name`.
-    fn param(&self, name: &str) -> Option<String> {
-        self.query().split('&').find_map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(&key.replace('+', " ")).as_deref() == Some(name))
-                .then(|| percent_decode(&value.replace('+', " ")))
-                .flatten()
-        })
-    }
-
-    /// Whether query parameter `name` is set to a truthy value, as Python's `True` is sent.
-    fn flag(&self, name: &str) -> bool {
-        self.param(name).is_some_and(|value| matches!(value.to_ascii_lowercase().as_str(), "1" | "true"))
-    }
-
-    fn bearer(&self) -> Option<&str> {
-        let value = self.header("authorization")?.trim();
-        let (scheme, token) = value.split_once(' ')?;
-        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-    }
-
-    fn keep_alive(&self) -> bool {
-        let tokens = self.header("connection").unwrap_or("").to_ascii_lowercase();
-        let has = |word: &str| tokens.split(',').any(|token| token.trim() == word);
-        if self.version == "HTTP/1.0" { has("keep-alive") } else { !has("close") }
-    }
-}
-
-/// Why no request could be read: the connection ended (or failed), or the bytes are not HTTP.
-enum ReadError {
-    Closed,
-    Malformed(&'static str),
-}
-
-impl From<io::Error> for ReadError {
-    fn from(_: io::Error) -> Self {
-        ReadError::Closed
-    }
-}
-
-/// Reads one line of at most `budget` bytes (which it decreases), without its line ending.
-/// `Ok(None)` on end of stream before any byte.
-fn read_line(reader: &mut impl BufRead, budget: &mut usize) -> Result<Option<String>, ReadError> {
-    let mut line = Vec::new();
-    let read = reader.by_ref().take(*budget as u64 + 1).read_until(b'\n', &mut line)?;
-    if read == 0 {
-        return Ok(None);
-    }
-    if line.last() != Some(&b'\n') {
-        return Err(if read > *budget { ReadError::Malformed("request head too large") } else { ReadError::Closed });
-    }
-    *budget -= read;
-    line.pop();
-    if line.last() == Some(&b'\r') {
-        line.pop();
-    }
-    String::from_utf8(line).map(Some).map_err(|_| ReadError::Malformed("request head is not UTF-8"))
-}
-
-/// Reads one request, answering `Expect: 100-continue` before its body. `Ok(None)` when the
-/// client closed the connection between requests.
-fn read_request(reader: &mut impl BufRead, writer: &mut impl Write) -> Result<Option<Request>, ReadError> {
-    let mut budget = MAX_HEAD_BYTES;
-    let mut request_line = None;
-    // Tolerate the empty lines RFC 9112 lets a server skip before a request line.
-    for _ in 0..4 {
-        match read_line(reader, &mut budget)? {
-            None => return Ok(None),
-            Some(line) if line.is_empty() => continue,
-            Some(line) => {
-                request_line = Some(line);
-                break;
-            }
-        }
-    }
-    let request_line = request_line.ok_or(ReadError::Malformed("no request line"))?;
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(ReadError::Malformed("malformed request line"));
-    };
-    if !version.starts_with("HTTP/1.") || !target.starts_with('/') {
-        return Err(ReadError::Malformed("only HTTP/1.x origin-form requests are served"));
-    }
-    let mut headers = Vec::new();
-    loop {
-        let line = read_line(reader, &mut budget)?.ok_or(ReadError::Closed)?;
-        if line.is_empty() {
-            break;
-        }
-        if headers.len() == MAX_HEADERS {
-            return Err(ReadError::Malformed("too many headers"));
-        }
-        let (name, value) = line.split_once(':').ok_or(ReadError::Malformed("malformed header line"))?;
-        if name.is_empty() || name.ends_with(' ') || name.starts_with([' ', '\t']) {
-            return Err(ReadError::Malformed("malformed header name"));
-        }
-        headers.push((name.to_owned(), value.trim().to_owned()));
-    }
-    let mut request = Request {
-        method: method.to_owned(),
-        target: target.to_owned(),
-        version: version.to_owned(),
-        headers,
-        body: Vec::new(),
-    };
-    let chunked = match request.header("transfer-encoding") {
-        Some(codings) if codings.rsplit(',').next().is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked")) => {
-            true
-        }
-        Some(_) => return Err(ReadError::Malformed("unsupported transfer coding")),
-        None => false,
-    };
-    let length = match (chunked, request.header("content-length")) {
-        (false, Some(length)) => {
-            length.parse::<usize>().map_err(|_| ReadError::Malformed("malformed Content-Length"))?
-        }
-        _ => 0,
-    };
-    if length > MAX_BODY_BYTES {
-        return Err(ReadError::Malformed("request body too large"));
-    }
-    let expects_continue = request.header("expect").is_some_and(|value| value.eq_ignore_ascii_case("100-continue"));
-    if expects_continue && request.version == "HTTP/1.1" && (chunked || length > 0) {
-        writer.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
-        writer.flush()?;
-    }
-    request.body = if chunked {
-        read_chunked(reader)?
-    } else {
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body)?;
-        body
-    };
-    Ok(Some(request))
-}
-
-fn read_chunked(reader: &mut impl BufRead) -> Result<Vec<u8>, ReadError> {
-    let mut body = Vec::new();
-    for _ in 0..MAX_CHUNKS {
-        let mut budget = 1024;
-        let line = read_line(reader, &mut budget)?.ok_or(ReadError::Closed)?;
-        let size = line.split(';').next().unwrap_or("").trim();
-        let size = usize::from_str_radix(size, 16).map_err(|_| ReadError::Malformed("malformed chunk size"))?;
-        if size == 0 {
-            // Trailer fields, up to the empty line that ends the message; they are not kept.
-            let mut budget = MAX_HEAD_BYTES;
-            while !read_line(reader, &mut budget)?.ok_or(ReadError::Closed)?.is_empty() {}
-            return Ok(body);
-        }
-        if body.len().saturating_add(size) > MAX_BODY_BYTES {
-            return Err(ReadError::Malformed("request body too large"));
-        }
-        let start = body.len();
-        body.resize(start + size, 0);
-        reader.read_exact(&mut body[start..])?;
-        let mut budget = 2;
-        if read_line(reader, &mut budget)?.is_none_or(|rest| !rest.is_empty()) {
-            return Err(ReadError::Malformed("chunk not followed by CRLF"));
-        }
-    }
-    Err(ReadError::Malformed("too many chunks"))
-}
+// HTTP/1.1 responses (requests are read by `http_support`)
 
 /// A response body: owned, or a range of a stored file shared with the state.
 enum Body {
@@ -810,7 +624,7 @@ impl State {
     fn handle(&mut self, request: &Request, origin: Origin) -> Response {
         self.log.push(Logged {
             method: request.method.clone(),
-            path: request.target.clone(),
+            path: request.path.clone(),
             range: request.header("range").map(str::to_owned),
             authorization: request.header("authorization").map(str::to_owned),
             host_port: match origin {
@@ -818,7 +632,7 @@ impl State {
                 Origin::Cdn => self.cdn_port,
             },
         });
-        let decoded = request.path().strip_prefix('/').unwrap_or("").split('/').map(percent_decode);
+        let decoded = request.path_only().strip_prefix('/').unwrap_or("").split('/').map(percent_decode);
         let Some(segments) = decoded.collect::<Option<Vec<String>>>() else {
             return Response::error(400, None, "malformed percent-encoding in the path");
         };
@@ -1363,7 +1177,7 @@ impl State {
 
 /// A relative 307 to the same path and query with the repository id replaced by `new`.
 fn moved(request: &Request, at: RepoAt, new: &str) -> Response {
-    let mut segments: Vec<String> = request.path().split('/').skip(1).map(str::to_owned).collect();
+    let mut segments: Vec<String> = request.path_only().split('/').skip(1).map(str::to_owned).collect();
     let (org, name) = new.split_once('/').unwrap_or(("", new));
     let suffix = if at.git { ".git" } else { "" };
     segments[at.segment] = percent_encode(org);
@@ -1470,23 +1284,6 @@ fn timestamp(sequence: usize) -> String {
     format!("{EPOCH_MONTH}-{:02}T{:02}:{:02}:00.000Z", minutes / (24 * 60) + 1, minutes / 60 % 24, minutes % 60)
 }
 
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        if bytes[index] == b'%' {
-            let digits = bytes.get(index + 1..index + 3).filter(|digits| digits.iter().all(u8::is_ascii_hexdigit))?;
-            decoded.push(u8::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()?);
-            index += 3;
-        } else {
-            decoded.push(bytes[index]);
-            index += 1;
-        }
-    }
-    String::from_utf8(decoded).ok()
-}
-
 fn percent_encode(text: &str) -> String {
     text.bytes()
         .map(|byte| match byte {
@@ -1515,7 +1312,10 @@ fn git_blob_oid(bytes: &[u8]) -> String {
 
 /// The framing `huggingface_hub` does not exercise, checked on raw sockets.
 mod tests {
+    use std::io::{BufRead, Read};
+
     use super::*;
+    use crate::http_support::{MAX_HEAD_BYTES, read_line};
 
     /// Reads one response: status, headers and a `Content-Length` body.
     fn response(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>, Vec<u8>) {

@@ -15,6 +15,7 @@ mod value;
 mod write;
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,7 +28,7 @@ pub use mixture::{Mixture, Recipe, TypePlan, fallback, may_quantize};
 pub use value::{Array, Metadata, Value, ValueType};
 pub use write::{GgufWriter, shard_file_name};
 
-use crate::archive::EntryLocation;
+use crate::archive::{Archive, EntryLocation};
 use crate::error::{Error, GgufProblem, Result};
 use crate::mapping::Mapping;
 use crate::source::{DataError, Source};
@@ -184,13 +185,6 @@ impl GgufFile {
         Tensor::from_shared(source, range.start as usize, (range.end - range.start) as usize, dtype, shape)
     }
 
-    /// Tensor `at` kept packed, its bytes a view of the file.
-    pub(crate) fn packed(&self, at: usize) -> Result<GgmlTensor> {
-        let info = &self.header.tensors[at];
-        let data = self.view(at, DType::U8, &[info.bytes as usize]).map_err(|error| self.data_error(at, error))?;
-        Ok(GgmlTensor { ty: info.ty, shape: info.shape.clone(), data })
-    }
-
     fn data_error(&self, at: usize, source: nnx_core::Error) -> Error {
         Error::Data { path: self.path.clone(), name: self.header.tensors[at].name.clone(), source: Box::new(source) }
     }
@@ -251,15 +245,20 @@ impl Source for GgufFile {
         Ok(Cow::Owned(bytes))
     }
 
-    fn ggml(&self, at: usize) -> Option<Result<GgmlTensor>> {
-        Some(self.packed(at))
+    fn ggml_type(&self, at: usize) -> Option<GgmlType> {
+        Some(self.header.tensors[at].ty)
+    }
+
+    /// The packed blocks, a view of the file.
+    fn packed(&self, at: usize) -> Result<Tensor> {
+        let info = &self.header.tensors[at];
+        self.view(at, DType::U8, &[info.bytes as usize]).map_err(|error| self.data_error(at, error))
     }
 }
 
-/// The shards of a split GGUF file named like `NAME-00001-of-00003.gguf`: every shard's
-/// path, in order, when `path` is one of them.
-pub(crate) fn split_siblings(path: &Path) -> Option<Vec<PathBuf>> {
-    let name = path.file_name()?.to_str()?;
+/// The file names of every shard of a split GGUF file named like `NAME-00001-of-00003.gguf`,
+/// in order, when `name` is one of them.
+pub(crate) fn split_names(name: &str) -> Option<Vec<String>> {
     let stem = name.strip_suffix(".gguf")?;
     let (head, count) = stem.rsplit_once("-of-")?;
     let (base, number) = head.rsplit_once('-')?;
@@ -271,17 +270,26 @@ pub(crate) fn split_siblings(path: &Path) -> Option<Vec<PathBuf>> {
     if total == 0 {
         return None;
     }
-    let dir = path.parent().unwrap_or(Path::new(""));
-    Some((1..=total).map(|n| dir.join(shard_file_name(base, n, total))).collect())
+    Some((1..=total).map(|n| shard_file_name(base, n, total)).collect())
 }
 
-/// Checks that `file` is shard `index` of `count` of a split set (by its `split.*` keys);
-/// a file without them must be alone.
-pub(crate) fn check_split(file: &GgufFile, index: usize, count: usize) -> Result<()> {
-    let metadata = &file.header.metadata;
-    let shard = || file.path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+/// The shards of a split GGUF file named like `NAME-00001-of-00003.gguf`: every shard's
+/// path, in order, when `path` is one of them.
+pub(crate) fn split_siblings(path: &Path) -> Option<Vec<PathBuf>> {
+    let names = split_names(path.file_name()?.to_str()?)?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    Some(names.iter().map(|name| dir.join(name)).collect())
+}
+
+/// Checks that the file at `path`, whose metadata is `metadata`, is shard `index` of `count`
+/// of a split set (by its `split.*` keys); a file without them must be alone.
+///
+/// # Errors
+/// [`Error::Gguf`] with [`GgufProblem::Split`] saying what does not fit.
+pub(crate) fn check_split(path: &Path, metadata: &Metadata, index: usize, count: usize) -> Result<()> {
+    let shard = || path.file_name().unwrap_or_default().to_string_lossy().into_owned();
     let fail = |message: String| {
-        Err(Error::Gguf { path: file.path.clone(), problem: GgufProblem::Split { shard: shard(), message } })
+        Err(Error::Gguf { path: path.to_path_buf(), problem: GgufProblem::Split { shard: shard(), message } })
     };
     match (metadata.u64("split.no"), metadata.u64("split.count")) {
         (None, None) if count == 1 => Ok(()),
@@ -296,5 +304,94 @@ pub(crate) fn check_split(file: &GgufFile, index: usize, count: usize) -> Result
             no.map_or("missing".to_string(), |n| n.to_string()),
             total.map_or("missing".to_string(), |n| n.to_string()),
         )),
+    }
+}
+
+/// The error of a shard of a split set that is not there.
+pub(crate) fn missing_shard(path: &Path, count: usize) -> Error {
+    let shard = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    Error::Gguf {
+        path: path.to_path_buf(),
+        problem: GgufProblem::Split {
+            shard,
+            message: format!("it is missing from the {count} shards of the set: download every shard"),
+        },
+    }
+}
+
+/// The archive of a GGUF file or of the shards of a split one: every tensor, and the metadata
+/// of the first shard, typed and as text.
+///
+/// # Errors
+/// [`Error::Gguf`] for a missing shard, a shard out of its set or a header that breaks ggml's
+/// checks, and [`Error::Io`].
+pub(crate) fn open(paths: &[PathBuf]) -> Result<Archive> {
+    let mut parts = Vec::with_capacity(paths.len());
+    let mut first_metadata = None;
+    for (index, path) in paths.iter().enumerate() {
+        if !path.is_file() {
+            return Err(missing_shard(path, paths.len()));
+        }
+        let file = GgufFile::open(path)?;
+        check_split(path, &file.header.metadata, index, paths.len())?;
+        let mut part = Archive::named(path, BTreeMap::new());
+        for (at, info) in file.header.tensors.iter().enumerate() {
+            part.push(info.name.clone(), file.clone(), at);
+        }
+        if index == 0 {
+            first_metadata = Some(file.header.metadata.clone());
+        }
+        parts.push(part);
+    }
+    join_split(parts, first_metadata.unwrap_or_default())
+}
+
+/// The archive of the parts of a GGUF set (one part for a single file) with `metadata`, the
+/// first shard's.
+fn join_split(mut parts: Vec<Archive>, metadata: Metadata) -> Result<Archive> {
+    let mut archive = if parts.len() == 1 { parts.pop().expect("one part") } else { Archive::union(parts)? };
+    archive.set_gguf_metadata(metadata);
+    Ok(archive)
+}
+
+/// What archives know of GGUF files.
+impl Archive {
+    /// Sets the typed metadata of a GGUF file, and its text form as [`Archive::metadata`].
+    pub(crate) fn set_gguf_metadata(&mut self, metadata: Metadata) {
+        let text = metadata.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
+        self.set_typed_metadata(text, metadata);
+    }
+
+    /// The typed metadata of a GGUF file (every value type, nested arrays); `None` for other
+    /// formats. [`Archive::metadata`] has the same keys as text, long arrays summarised.
+    pub fn gguf_metadata(&self) -> Option<&Metadata> {
+        self.typed_metadata()
+    }
+
+    /// The ggml type entry `name` is stored as in a GGUF file, from the header (no tensor byte
+    /// is read, in a store neither); `None` for other entries.
+    pub fn ggml_type(&self, name: &str) -> Option<GgmlType> {
+        let (source, at) = self.require(name).ok()?;
+        source.ggml_type(at)
+    }
+
+    /// Entry `name` as ggml stores it, its blocks a view of the file: what products that read
+    /// packed blocks take. Entries of other formats in a dtype GGUF has a type for (f32, f16,
+    /// bf16, f64, i8 to i64) are given as that type.
+    ///
+    /// # Errors
+    /// [`Error::NoEntry`], [`Error::GgmlUnsupported`] for another dtype, and the error of
+    /// reading the entry.
+    pub fn ggml(&self, name: &str) -> Result<GgmlTensor> {
+        let (source, at) = self.require(name)?;
+        let (dtype, shape) = source.spec(at);
+        let Some(ty) = source.ggml_type(at).or_else(|| ggml_type_of(dtype)) else {
+            return Err(Error::GgmlUnsupported {
+                op: "Archive::ggml",
+                ty: dtype.as_str(),
+                hint: "only GGUF entries and plain f32, f16, bf16, f64 and integer entries have a ggml type",
+            });
+        };
+        Ok(GgmlTensor { ty, shape: shape.to_vec(), data: source.packed(at)? })
     }
 }

@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::RemoteFile;
 use crate::fs::{StagedFile, open_no_follow};
 
 /// Fetched ranges kept under `dir`, at most `max_bytes` in all. A cache failure (a full disk,
@@ -33,16 +32,17 @@ impl RangeCache {
         RangeCache { dir: dir.into(), max_bytes }
     }
 
-    /// The folder of this version of `file`.
-    fn folder(&self, file: &RemoteFile) -> PathBuf {
-        let digest = Sha256::digest(format!("{}\n{}", file.url.display(), file.version).as_bytes());
+    /// The folder of version `version` of the object at `url`.
+    fn folder(&self, url: &str, version: &str) -> PathBuf {
+        let digest = Sha256::digest(format!("{url}\n{version}").as_bytes());
         let name: String = digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect();
         self.dir.join(name)
     }
 
-    /// The ranges kept of this version of `file`, listed once for a batch of reads.
-    pub(crate) fn listing(&self, file: &RemoteFile) -> Listing {
-        let folder = self.folder(file);
+    /// The ranges kept of version `version` of the object at `url`, listed once for a batch
+    /// of reads.
+    pub(crate) fn listing(&self, url: &str, version: &str) -> Listing {
+        let folder = self.folder(url, version);
         let ranges = if is_real_folder(&folder) {
             cache_files(&folder).filter_map(|(name, _)| range_of(&name)).collect()
         } else {
@@ -51,12 +51,13 @@ impl RangeCache {
         Listing { folder, ranges }
     }
 
-    /// Keeps `bytes`, the contents of `range` of `file`, then trims the cache to its limit.
-    pub(crate) fn put(&self, file: &RemoteFile, range: &Range<u64>, bytes: &[u8]) {
+    /// Keeps `bytes`, the contents of `range` of version `version` of the object at `url`,
+    /// then trims the cache to its limit.
+    pub(crate) fn put(&self, url: &str, version: &str, range: &Range<u64>, bytes: &[u8]) {
         if bytes.len() as u64 > self.max_bytes {
             return;
         }
-        let folder = self.folder(file);
+        let folder = self.folder(url, version);
         if std::fs::create_dir_all(&folder).is_err() || !is_real_folder(&folder) {
             return;
         }

@@ -3,19 +3,15 @@
 //! requests run a bounded number at a time.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
+use object_store::path::Path as ObjectPath;
 
-use super::{Client, RemoteFile};
-use crate::error::Result;
-
-/// Ranges of one file to fetch.
-pub(crate) struct Request {
-    pub(crate) file: Arc<RemoteFile>,
-    pub(crate) ranges: Vec<Range<u64>>,
-}
+use super::Client;
+use crate::error::{Error, RemoteProblem, Result};
+use crate::source::FetchedObject;
 
 /// One request sent to the store: `range` of file `file` (an index into the batch's files).
 struct Chunk {
@@ -23,58 +19,66 @@ struct Chunk {
     range: Range<u64>,
 }
 
-/// The bytes of every range of every request, in the order asked.
-pub(crate) fn fetch(requests: &[Request]) -> Result<Vec<Vec<Bytes>>> {
-    let mut out: Vec<Vec<Option<Bytes>>> = requests.iter().map(|request| vec![None; request.ranges.len()]).collect();
-    // Requests to different stores (an archive joined from two locations) are fetched apart.
-    let mut clients: Vec<Arc<Client>> = Vec::new();
-    for request in requests {
-        if !clients.iter().any(|client| Arc::ptr_eq(client, &request.file.client)) {
-            clients.push(request.file.client.clone());
-        }
-    }
-    for client in &clients {
-        fetch_from(client, requests, &mut out)?;
-    }
-    Ok(out.into_iter().map(|ranges| ranges.into_iter().map(Option::unwrap_or_default).collect()).collect())
+/// One object of a batch: its path in the store, its URL (the cache's key with its version),
+/// its version, and what the cache holds of it, listed once.
+struct File<'a> {
+    path: ObjectPath,
+    url: String,
+    version: &'a str,
+    listing: Option<super::cache::Listing>,
 }
 
-fn fetch_from(client: &Arc<Client>, requests: &[Request], out: &mut [Vec<Option<Bytes>>]) -> Result<()> {
+/// The bytes of every range of every request (objects of `client`'s store), in the order
+/// asked.
+pub(crate) fn fetch(client: &Client, requests: &[(&FetchedObject, Vec<Range<u64>>)]) -> Result<Vec<Vec<Bytes>>> {
     let options = &client.options;
-    // The files of this client, and every wanted range not in the cache: (file, range,
+    let mut out: Vec<Vec<Option<Bytes>>> = requests.iter().map(|(_, ranges)| vec![None; ranges.len()]).collect();
+    // The files of the batch, and every wanted range not in the cache: (file, range,
     // request, position).
-    let mut files: Vec<Arc<RemoteFile>> = Vec::new();
-    // What the cache holds of each file, listed once.
-    let mut listings = Vec::new();
+    let mut files: Vec<File<'_>> = Vec::new();
     let mut wanted: Vec<(usize, Range<u64>, usize, usize)> = Vec::new();
-    for (at, request) in requests.iter().enumerate() {
-        if !Arc::ptr_eq(&request.file.client, client) {
-            continue;
-        }
-        let file = match files.iter().position(|file| Arc::ptr_eq(file, &request.file)) {
-            Some(file) => file,
-            None => {
-                files.push(request.file.clone());
-                listings.push(options.cache.as_ref().map(|cache| cache.listing(&request.file)));
-                files.len() - 1
-            }
-        };
-        for (position, range) in request.ranges.iter().enumerate() {
+    for (at, (object, ranges)) in requests.iter().enumerate() {
+        let file =
+            match files.iter().position(|file| file.path.as_ref() == object.name && file.version == object.version) {
+                Some(file) => file,
+                None => {
+                    let path = ObjectPath::parse(&object.name).map_err(|error| Error::Remote {
+                        url: object.name.clone(),
+                        problem: RemoteProblem::BadUrl { reason: error.to_string() },
+                    })?;
+                    let url = client.url(&path);
+                    let listing = options.cache.as_ref().map(|cache| cache.listing(&url, &object.version));
+                    files.push(File { path, url, version: &object.version, listing });
+                    files.len() - 1
+                }
+            };
+        for (position, range) in ranges.iter().enumerate() {
             if range.is_empty() {
                 out[at][position] = Some(Bytes::new());
                 continue;
             }
-            if let Some(cached) = listings[file].as_ref().and_then(|listing| listing.get(range)) {
-                client.cached_bytes.fetch_add(cached.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            if let Some(cached) = files[file].listing.as_ref().and_then(|listing| listing.get(range)) {
+                client.cached_bytes.fetch_add(cached.len() as u64, Ordering::Relaxed);
                 out[at][position] = Some(cached);
                 continue;
             }
             wanted.push((file, range.clone(), at, position));
         }
     }
-    if wanted.is_empty() {
-        return Ok(());
+    if !wanted.is_empty() {
+        fetch_wanted(client, &files, wanted, &mut out)?;
     }
+    Ok(out.into_iter().map(|ranges| ranges.into_iter().map(Option::unwrap_or_default).collect()).collect())
+}
+
+/// Fetches the `wanted` ranges of `files`, neighbours merged, and puts each into `out`.
+fn fetch_wanted(
+    client: &Client,
+    files: &[File<'_>],
+    mut wanted: Vec<(usize, Range<u64>, usize, usize)>,
+    out: &mut [Vec<Option<Bytes>>],
+) -> Result<()> {
+    let options = &client.options;
     wanted.sort_by_key(|(file, range, ..)| (*file, range.start, range.end));
     // Spans: merged neighbours, as (file, range, first wanted, end of wanted).
     let mut spans: Vec<(usize, Range<u64>, usize, usize)> = Vec::new();
@@ -112,7 +116,8 @@ fn fetch_from(client: &Arc<Client>, requests: &[Request], out: &mut [Vec<Option<
     for (chunk, result) in chunks.iter().zip(fetched) {
         let bytes = result?;
         if let Some(cache) = &options.cache {
-            cache.put(&files[chunk.file], &chunk.range, &bytes);
+            let file = &files[chunk.file];
+            cache.put(&file.url, file.version, &chunk.range, &bytes);
         }
         pieces.push((chunk.file, chunk.range.clone(), bytes));
     }

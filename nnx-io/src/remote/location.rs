@@ -7,12 +7,11 @@ use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
 use super::transport::BoundedConnector;
-use super::{Client, RemoteFile, RemoteOptions, remote_error};
+use super::{Client, RemoteOptions, remote_error};
 use crate::archive::Archive;
 use crate::error::{Error, RemoteProblem, Result};
 use crate::format;
 use crate::hub::{self, HubPath};
-use crate::safetensors::index::ShardIndex;
 use crate::text::redact_url;
 
 /// The schemes read as remote locations.
@@ -185,7 +184,8 @@ fn http_store(
         .map_err(|error| remote_error(url, error))
 }
 
-/// Opens `url`: a SafeTensors file, a shard index, or a folder holding one of them.
+/// Opens `url`: a file (as [`format::open_object`] reads its name), or a folder holding a
+/// SafeTensors shard index or file.
 pub(crate) fn open(url: &str, options: &RemoteOptions) -> Result<Archive> {
     let (client, path) = client(url, options)?;
     let name = path.filename().unwrap_or_default().to_string();
@@ -194,44 +194,10 @@ pub(crate) fn open(url: &str, options: &RemoteOptions) -> Result<Archive> {
         for candidate in [format::SAFETENSORS_INDEX, format::SAFETENSORS] {
             let file = path.child(candidate);
             if client.exists(&file)? {
-                return open_object(client, file);
+                return format::open_object(client, file);
             }
         }
         return Err(bad(url, RemoteProblem::NoWeights));
     }
-    open_object(client, path)
-}
-
-fn open_object(client: Arc<Client>, path: ObjectPath) -> Result<Archive> {
-    let name = path.filename().unwrap_or_default().to_string();
-    let url = client.url(&path);
-    if name.ends_with(".json") {
-        let text = client.get_whole(&path, super::MAX_INDEX_BYTES, "shard index")?;
-        let text = std::str::from_utf8(&text).map_err(|_| Error::Index {
-            path: url.clone().into(),
-            problem: crate::IndexProblem::NotJson { message: "not UTF-8".into() },
-        })?;
-        let index = ShardIndex::parse(std::path::Path::new(&url), text)?;
-        let parent: ObjectPath = path.parts().take(path.parts().count().saturating_sub(1)).collect();
-        let mut files = Vec::with_capacity(index.shards.len());
-        for shard in &index.shards {
-            let file_name = shard.file_name().and_then(|name| name.to_str()).unwrap_or_default();
-            let shard_path = parent.child(file_name);
-            let file = RemoteFile::open(client.clone(), shard_path).map_err(|error| match error {
-                Error::Remote { problem: RemoteProblem::NotFound, .. } => {
-                    Error::MissingShard { index: url.clone().into(), shard: shard.clone() }
-                }
-                other => other,
-            })?;
-            files.push(file);
-        }
-        return Archive::from_remote_index(&index, files);
-    }
-    if name.ends_with(".gguf") {
-        return Ok(crate::gguf::remote::RemoteGguf::open(client, path)?.archive());
-    }
-    if format::has_torch_name(&name) {
-        return Err(bad(&url, RemoteProblem::NotSafeTensors));
-    }
-    Ok(Archive::from_remote_file(RemoteFile::open(client, path)?))
+    format::open_object(client, path)
 }

@@ -1,15 +1,21 @@
 //! Archives in object stores and on the Hub, read with HTTP range requests through
-//! `object_store`: opening fetches each file's 8-byte header length and its header, nothing
-//! else, and reads fetch only the byte ranges of the entries (or of a rank's slices) they use,
-//! neighbours coalesced, several requests in flight at a time.
+//! `object_store`: opening fetches each file's header and nothing else (a SafeTensors file's
+//! 8-byte length and header, a GGUF file's first bytes, more only when its header needs them),
+//! and reads fetch only the byte ranges of the entries (or of a rank's slices) they use,
+//! neighbours coalesced, several requests in flight at a time, through the local cache of
+//! [`RemoteOptions::cache`] when there is one. This module is the transport: each format's
+//! reader of files in stores lives beside its reader of local files, and its sources fetch
+//! through the store's client, which counts what travels ([`Archive::transfer_stats`]).
 //!
 //! Locations: `s3://bucket/key`, `gs://bucket/key`, `az://container/key` (also `azure://`),
 //! `http(s)://host/path` and `hf://org/name[@revision][/file]`. A location naming a folder
 //! (ending in `/`, or a Hub repository) is read as a local folder is: its
-//! `model.safetensors.index.json`, else its `model.safetensors`. Credentials and endpoints come
-//! from each store's standard environment variables (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`,
-//! `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`, ..., `HF_TOKEN` and `HF_ENDPOINT`
-//! for the Hub) or from [`RemoteOptions::config`]; they never appear in errors.
+//! `model.safetensors.index.json`, else its `model.safetensors`. A shard of a split GGUF file
+//! (`NAME-00001-of-00003.gguf`) opens with every shard of its set, fetched beside it.
+//! Credentials and endpoints come from each store's standard environment variables
+//! (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `GOOGLE_SERVICE_ACCOUNT`,
+//! `AZURE_STORAGE_ACCOUNT_NAME`, ..., `HF_TOKEN` and `HF_ENDPOINT` for the Hub) or from
+//! [`RemoteOptions::config`]; they never appear in errors.
 //!
 //! A server is not trusted: an answer is read into a buffer reserved for the bytes asked for
 //! and no more, a longer, shorter or misplaced answer is refused as soon as it shows, objects
@@ -22,10 +28,9 @@ pub(crate) mod fetch;
 mod location;
 mod transport;
 
+use std::any::Any;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::ops::Range;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -33,19 +38,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use nnx_core::{DType, Tensor};
+use nnx_core::Tensor;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore};
 
 pub use cache::RangeCache;
-pub(crate) use fetch::Request;
 pub use location::is_remote;
 
-use crate::archive::{Archive, EntryLocation};
-use crate::error::{Error, RemoteProblem, Result, ShardProblem};
-use crate::safetensors::header::{self, Header};
-use crate::safetensors::index::ShardIndex;
-use crate::source::{DataError, Source, Store, narrow_to};
+use crate::archive::Archive;
+use crate::error::{Error, RemoteProblem, Result};
+use crate::source::{FetchedObject, Fetcher, Source};
 
 /// How remote archives are read. The defaults suit object stores across a network: ranges
 /// closer than 1 MiB are fetched as one, 8 requests in flight, each at most 16 MiB.
@@ -173,6 +175,16 @@ impl Client {
         format!("{}/{}", self.root, path)
     }
 
+    /// The object at `path`, of which a first answer gave `meta`, as its sources fetch it: its
+    /// version is its ETag, else its size and modification time.
+    pub(crate) fn object(self: &Arc<Self>, path: &ObjectPath, meta: &ObjectMeta) -> FetchedObject {
+        let version = match &meta.e_tag {
+            Some(tag) => tag.clone(),
+            None => format!("{}-{}", meta.size, meta.last_modified.timestamp_nanos_opt().unwrap_or_default()),
+        };
+        FetchedObject { fetcher: self.clone(), name: path.to_string(), version }
+    }
+
     /// Runs `future` to completion on this client's runtime (from a thread of its own when
     /// the caller is itself inside an async runtime, where blocking on another is refused).
     fn block_on<T: Send>(&self, future: impl std::future::Future<Output = T> + Send) -> T {
@@ -272,7 +284,7 @@ impl Client {
     }
 
     /// The size of the object at `path` as a `HEAD` request gives it, if it answers.
-    fn head_size(&self, path: &ObjectPath) -> Option<u64> {
+    pub(crate) fn head_size(&self, path: &ObjectPath) -> Option<u64> {
         let url = self.url(path);
         let head = self.within(&url, async { self.store.head(path).await.map_err(|error| remote_error(&url, error)) });
         self.block_on(head).ok().map(|meta| meta.size)
@@ -303,95 +315,12 @@ async fn collect(url: &str, mut body: BoxStream<'static, object_store::Result<By
     Ok(Bytes::from(buffer))
 }
 
-/// A SafeTensors file in a store: its header, read with two range requests.
-pub(crate) struct RemoteFile {
-    pub(crate) client: Arc<Client>,
-    pub(crate) path: ObjectPath,
-    /// The file's URL, as a path for the errors and listings that name files.
-    pub(crate) url: PathBuf,
-    /// The object's version (its ETag, else its size and modification time), for the cache.
-    pub(crate) version: String,
-    pub(crate) header: Header,
-}
-
-impl RemoteFile {
-    /// Fetches the header length, then the header, and validates it against the object's
-    /// size. The header's length is checked against [`header::MAX_HEADER_BYTES`] before it is
-    /// asked for, as for local files.
-    pub(crate) fn open(client: Arc<Client>, path: ObjectPath) -> Result<Arc<RemoteFile>> {
-        let url_text = client.url(&path);
-        let url = PathBuf::from(&url_text);
-        let (first, meta) = match client.block_on(client.get_range(&path, 0..8, true)) {
-            Ok(found) => found,
-            // An empty object has no byte 0 to ask for: the store refuses the range.
-            Err(error @ Error::Remote { problem: RemoteProblem::Transfer { .. }, .. }) => {
-                if client.head_size(&path) == Some(0) {
-                    return Err(Error::Header { path: url, problem: crate::HeaderProblem::Empty });
-                }
-                return Err(error);
-            }
-            Err(error) => return Err(error),
-        };
-        let file_len = usize::try_from(meta.size).unwrap_or(usize::MAX);
-        let Some(prefix) = first.first_chunk::<8>() else {
-            return Err(Error::Header { path: url, problem: crate::HeaderProblem::TooShort { len: first.len() } });
-        };
-        let declared =
-            header::declared_len(*prefix, file_len).map_err(|problem| Error::Header { path: url.clone(), problem })?;
-        let text = if declared == 0 {
-            Bytes::new()
-        } else {
-            client.block_on(client.get_range(&path, 8..8 + declared as u64, false))?.0
-        };
-        let mut bytes = Vec::new();
-        bytes.try_reserve_exact(8 + text.len()).map_err(|_| Error::Remote {
-            url: url_text.clone(),
-            problem: RemoteProblem::NoMemory { bytes: 8 + text.len() as u64 },
-        })?;
-        bytes.extend_from_slice(prefix);
-        bytes.extend_from_slice(&text);
-        drop(text);
-        let header = header::parse_prefix(&bytes, file_len).map_err(|problem| match crate::format::sniff(&bytes) {
-            Some(kind) => Error::NotSafeTensors { path: url.clone(), kind },
-            None => Error::Header { path: url.clone(), problem },
-        })?;
-        let version = match &meta.e_tag {
-            Some(tag) => tag.clone(),
-            None => format!("{}-{}", meta.size, meta.last_modified.timestamp_nanos_opt().unwrap_or_default()),
-        };
-        Ok(Arc::new(RemoteFile { client, path, url, version, header }))
-    }
-
-    /// The file offsets of entry `at`.
-    pub(crate) fn entry_range(&self, at: usize) -> Range<u64> {
-        let entry = &self.header.entries[at];
-        let start = (self.header.data_start + entry.begin) as u64;
-        start..start + (entry.end - entry.begin) as u64
-    }
-
-    /// The bytes of entry `at`, fetched (or read from the cache) now.
-    pub(crate) fn entry_bytes(self: &Arc<Self>, at: usize) -> Result<Bytes> {
-        let mut fetched = fetch::fetch(&[Request { file: self.clone(), ranges: vec![self.entry_range(at)] }])?;
-        Ok(fetched.pop().and_then(|mut ranges| ranges.pop()).unwrap_or_default())
-    }
-
-    /// Fetched bytes of entry `at` (all of it, or a box of `shape`) as an owned tensor of its
-    /// dtype.
-    fn entry_tensor(&self, at: usize, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
-        let entry = &self.header.entries[at];
-        Tensor::from_bytes(entry.dtype, shape, bytes).map_err(|source| Error::Data {
-            path: self.url.clone(),
-            name: entry.name.clone(),
-            source: Box::new(source),
-        })
-    }
-}
-
 impl Archive {
-    /// Opens a SafeTensors file, a shard index or a folder in an object store or on the Hub
-    /// (see [`crate::remote`]): only the headers are fetched, with range requests; entries are
-    /// fetched when read, each read fetching the byte ranges it uses. [`Archive::open`] takes
-    /// the same URLs with [`RemoteOptions::default`].
+    /// Opens a file or a folder in an object store or on the Hub (see [`crate::remote`]): a
+    /// SafeTensors file, a shard index, a GGUF file (with every shard of a split one) or a
+    /// folder holding a SafeTensors index or file. Only the headers are fetched, with range
+    /// requests; entries are fetched when read, each read fetching the byte ranges it uses.
+    /// [`Archive::open`] takes the same URLs with [`RemoteOptions::default`].
     ///
     /// # Errors
     /// [`Error::Remote`] naming the URL and what failed (404, 403, a timeout), and the header
@@ -400,41 +329,14 @@ impl Archive {
         location::open(url, options)
     }
 
-    /// A remote file's entries.
-    pub(crate) fn from_remote_file(file: Arc<RemoteFile>) -> Archive {
-        let store: Arc<dyn Store> = Arc::new(file.clone());
-        Archive::from_header(&file.url, &file.header, store)
-    }
-
-    /// The entries of a remote shard index, each from the shard the index names, which must
-    /// hold it.
-    pub(crate) fn from_remote_index(index: &ShardIndex, files: Vec<Arc<RemoteFile>>) -> Result<Archive> {
-        let mut archive = Archive::named(&index.path, index.metadata.clone());
-        let positions: Vec<HashMap<&str, usize>> = files
-            .iter()
-            .map(|file| file.header.entries.iter().enumerate().map(|(at, entry)| (entry.name.as_str(), at)).collect())
-            .collect();
-        let stores: Vec<Arc<dyn Store>> = files.iter().map(|file| Arc::new(file.clone()) as Arc<dyn Store>).collect();
-        for (name, shard) in &index.weight_map {
-            let Some(&at) = positions[*shard].get(name.as_str()) else {
-                return Err(Error::ShardMismatch {
-                    index: index.path.clone(),
-                    shard: index.shards[*shard].clone(),
-                    problem: ShardProblem::MissingEntry { name: name.clone() },
-                });
-            };
-            archive.push(name.clone(), stores[*shard].clone(), at);
-        }
-        Ok(archive)
-    }
-
     /// What this archive's remote files have transferred so far; `None` for an archive with
     /// no remote entries.
     pub fn transfer_stats(&self) -> Option<TransferStats> {
-        let mut clients: Vec<&Arc<Client>> = Vec::new();
-        for file in self.slots.values().filter_map(|slot| slot.store.remote()) {
-            if !clients.iter().any(|client| Arc::ptr_eq(client, &file.client)) {
-                clients.push(&file.client);
+        let mut clients: Vec<&Client> = Vec::new();
+        for object in self.slots.values().filter_map(|slot| slot.store.fetched()) {
+            let Some(client) = (&*object.fetcher as &dyn Any).downcast_ref::<Client>() else { continue };
+            if !clients.iter().any(|known| std::ptr::eq(*known, client)) {
+                clients.push(client);
             }
         }
         if clients.is_empty() {
@@ -448,84 +350,49 @@ impl Archive {
     }
 }
 
-/// A file in a store is a source whose entries are fetched when read.
-impl Source for Arc<RemoteFile> {
-    fn spec(&self, at: usize) -> (DType, &[usize]) {
-        let entry = &self.header.entries[at];
-        (entry.dtype, &entry.shape)
-    }
-
-    fn tensor(&self, at: usize) -> Result<Tensor> {
-        self.entry_tensor(at, &self.header.entries[at].shape, &self.entry_bytes(at)?)
-    }
-
-    fn path(&self) -> Option<&std::path::Path> {
-        Some(&self.url)
-    }
-
-    fn location(&self, at: usize) -> Option<EntryLocation> {
-        let entry = &self.header.entries[at];
-        let file_offset = self.header.data_start + entry.begin;
-        Some(EntryLocation { path: self.url.clone(), data_offsets: (entry.begin, entry.end), file_offset })
-    }
-
-    fn stored_bytes(&self, at: usize) -> usize {
-        let entry = &self.header.entries[at];
-        entry.end - entry.begin
-    }
-
-    fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, DataError> {
-        Ok(Cow::Owned(self.entry_bytes(at).map_err(DataError::Io)?.to_vec()))
-    }
-
-    fn remote(&self) -> Option<&Arc<RemoteFile>> {
-        Some(self)
+/// A store's client fetches the ranges of its objects for their sources, in batches.
+impl Fetcher for Client {
+    fn fetch(
+        &self,
+        requests: &[(&FetchedObject, Vec<Range<u64>>)],
+        take: &mut dyn FnMut(usize, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        for (at, pieces) in fetch::fetch(self, requests)?.into_iter().enumerate() {
+            let bytes: Cow<'_, [u8]> = match pieces.as_slice() {
+                [one] => Cow::Borrowed(one),
+                many => Cow::Owned(many.concat()),
+            };
+            take(at, &bytes)?;
+        }
+        Ok(())
     }
 }
 
-/// One entry to read from a store: its place among the reads of a batch, its file, its number
-/// there, and the box wanted (`None` for all of it).
-pub(crate) type Read<'a> = (usize, Arc<RemoteFile>, usize, Option<&'a [(usize, usize)]>);
-
-/// Reads entries of files in stores in one batch: only the bytes of their boxes, neighbours
-/// coalesced, several requests in flight. The tensors come back with their places.
+/// The bytes `range` of `object`, fetched now.
 ///
 /// # Errors
-/// The errors of a transfer, or of data that does not fit its dtype.
-pub(crate) fn read_batch(reads: &[Read<'_>]) -> Result<Vec<(usize, Tensor)>> {
-    if reads.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut requests = Vec::with_capacity(reads.len());
-    let mut shapes = Vec::with_capacity(reads.len());
-    for (_, file, at, boxed) in reads {
-        let entry = &file.header.entries[*at];
-        let whole = || entry.shape.iter().map(|&size| (0, size)).collect::<Vec<_>>();
-        let base = (file.header.data_start + entry.begin) as u64;
-        let (boxed, ranges) = match entry.dtype.size_in_bytes() {
-            Some(element) => {
-                let boxed = boxed.map(<[_]>::to_vec).unwrap_or_else(whole);
-                let ranges = box_ranges(&entry.shape, &boxed, element, base);
-                (boxed, ranges)
-            }
-            // Sub-byte values cannot be cut at a byte: such an entry is fetched whole and
-            // narrowed as a view.
-            None => (whole(), std::iter::once(file.entry_range(*at)).collect()),
-        };
-        shapes.push(boxed.iter().map(|(_, len)| *len).collect::<Vec<_>>());
-        requests.push(Request { file: file.clone(), ranges });
-    }
-    let fetched = fetch::fetch(&requests)?;
-    let mut out = Vec::with_capacity(reads.len());
-    for (((index, file, at, boxed), shape), pieces) in reads.iter().zip(shapes).zip(fetched) {
-        let bytes: Cow<'_, [u8]> = match pieces.as_slice() {
-            [one] => Cow::Borrowed(one),
-            many => Cow::Owned(many.concat()),
-        };
-        let tensor = file.entry_tensor(*at, &shape, &bytes)?;
-        out.push((*index, narrow_to(tensor, *boxed)?));
-    }
-    Ok(out)
+/// The errors of the transfer.
+pub(crate) fn fetch_bytes(object: &FetchedObject, range: Range<u64>) -> Result<Vec<u8>> {
+    let mut fetched = Vec::new();
+    object.fetcher.fetch(&[(object, vec![range])], &mut |_, bytes| {
+        fetched = bytes.to_vec();
+        Ok(())
+    })?;
+    Ok(fetched)
+}
+
+/// Entry `at` of `source`, whose bytes are fetched from `object`, read now.
+///
+/// # Errors
+/// The errors of the transfer, or of bytes that do not make the entry.
+pub(crate) fn fetch_entry(source: &dyn Source, object: &FetchedObject, at: usize) -> Result<Tensor> {
+    let (ranges, shape) = source.byte_ranges(at, None);
+    let mut tensor = None;
+    object.fetcher.fetch(&[(object, ranges)], &mut |_, bytes| {
+        tensor = Some(source.assemble(at, &shape, bytes)?);
+        Ok(())
+    })?;
+    Ok(tensor.expect("the fetcher hands every request over"))
 }
 
 /// Uploads the local file `from` to `url` (multipart for large files), for putting checkpoints
@@ -667,65 +534,9 @@ fn host_of(url: &str) -> &str {
     rest.split('/').next().unwrap_or(rest)
 }
 
-/// The byte ranges of file `file` holding the box `boxed` (one `(start, len)` per axis) of an
-/// entry of `shape` and `element` bytes per value starting at file offset `base`, in row-major
-/// order of the box: one range per row of the outer axes down to the innermost cut axis.
-pub(crate) fn box_ranges(shape: &[usize], boxed: &[(usize, usize)], element: usize, base: u64) -> Vec<Range<u64>> {
-    let count: usize = boxed.iter().map(|(_, len)| len).product();
-    if count == 0 {
-        return Vec::new();
-    }
-    let mut strides = vec![element as u64; shape.len()];
-    for axis in (0..shape.len().saturating_sub(1)).rev() {
-        strides[axis] = strides[axis + 1] * shape[axis + 1] as u64;
-    }
-    // The innermost axis that is cut: the axes inside it are whole, so each of its runs is
-    // contiguous.
-    let Some(cut) = (0..shape.len()).rev().find(|&axis| boxed[axis] != (0, shape[axis])) else {
-        let total: u64 = shape.iter().map(|&size| size as u64).product::<u64>() * element as u64;
-        return std::iter::once(base..base + total).collect();
-    };
-    let run = boxed[cut].1 as u64 * strides[cut];
-    let inner = base + boxed[cut].0 as u64 * strides[cut];
-    let mut ranges = Vec::with_capacity(boxed[..cut].iter().map(|(_, len)| len).product());
-    let mut index = vec![0usize; cut];
-    loop {
-        let offset: u64 = (0..cut).map(|axis| (boxed[axis].0 + index[axis]) as u64 * strides[axis]).sum();
-        ranges.push(inner + offset..inner + offset + run);
-        // The next index of the outer axes, last axis fastest.
-        let mut axis = cut;
-        loop {
-            if axis == 0 {
-                return ranges;
-            }
-            axis -= 1;
-            index[axis] += 1;
-            if index[axis] < boxed[axis].1 {
-                break;
-            }
-            index[axis] = 0;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    #[allow(clippy::single_range_in_vec_init)]
-    fn boxes_become_one_range_per_row_of_the_outer_axes() {
-        // A whole entry is one range.
-        assert_eq!(box_ranges(&[4, 6], &[(0, 4), (0, 6)], 2, 100), [100..148]);
-        // Rows 1..3: one range.
-        assert_eq!(box_ranges(&[4, 6], &[(1, 2), (0, 6)], 2, 0), [12..36]);
-        // Columns 3..6 of every row: one range per row.
-        assert_eq!(box_ranges(&[2, 6], &[(0, 2), (3, 3)], 4, 0), [12..24, 36..48]);
-        // A cut middle axis of a rank-3 entry.
-        assert_eq!(box_ranges(&[2, 4, 3], &[(1, 1), (2, 2), (0, 3)], 1, 8), [8 + 18..8 + 24]);
-        assert_eq!(box_ranges(&[2, 0], &[(0, 2), (0, 0)], 4, 0), Vec::<Range<u64>>::new());
-        assert_eq!(box_ranges(&[], &[], 4, 8), [8..12]);
-    }
 
     #[test]
     fn answers_longer_or_shorter_than_asked_are_refused() {

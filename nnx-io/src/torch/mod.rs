@@ -18,8 +18,9 @@ use nnx_core::{ByteSource, Tensor};
 
 use self::pickle::{Container, MAX_DEPTH, StorageRef, TensorRecord, Unpickled, Value, unpickle};
 use self::zip::{Record, ZipRecords};
+use crate::archive::Archive;
 use crate::budget::TextBudget;
-use crate::error::{Error, Result, TorchProblem};
+use crate::error::{Error, Result, ShardProblem, TorchProblem};
 use crate::format::{TorchContainer, torch_container};
 use crate::mapping::Mapping;
 
@@ -29,6 +30,63 @@ pub(crate) struct Checkpoint {
     pub(crate) entries: Vec<(String, Tensor)>,
     /// Plain values (integers, floats, strings, booleans) by dict path, as text.
     pub(crate) metadata: BTreeMap<String, String>,
+}
+
+/// The archive of the PyTorch checkpoint at `path`: its tensors (views of the mapped file)
+/// and plain values.
+///
+/// # Errors
+/// As [`read`].
+pub(crate) fn open(path: &Path) -> Result<Archive> {
+    let checkpoint = read(path)?;
+    let mut archive = Archive::named(path, checkpoint.metadata);
+    for (name, tensor) in checkpoint.entries {
+        archive.insert(name, tensor);
+    }
+    Ok(archive)
+}
+
+/// The archive of a shard index of PyTorch checkpoints (`pytorch_model.bin.index.json`):
+/// every shard is read (a pickle parse each; tensor bytes stay mapped) and checked against
+/// the index.
+///
+/// # Errors
+/// The errors of reading the index and the shards, [`Error::MissingShard`], and
+/// [`Error::ShardMismatch`] for an entry the index puts in another shard or a shard lacks.
+pub(crate) fn open_index(path: &Path) -> Result<Archive> {
+    let index = crate::safetensors::index::ShardIndex::read(path)?;
+    let mut shards = Vec::with_capacity(index.shards.len());
+    for shard in &index.shards {
+        if !shard.is_file() {
+            return Err(Error::MissingShard { index: path.to_path_buf(), shard: shard.clone() });
+        }
+        shards.push(open(shard)?);
+    }
+    let placed: HashMap<&str, usize> = index.weight_map.iter().map(|(name, at)| (name.as_str(), *at)).collect();
+    for (at, shard) in shards.iter().enumerate() {
+        if let Some(name) = shard.names().find(|name| placed.get(name).is_some_and(|&other| other != at)) {
+            return Err(Error::ShardMismatch {
+                index: path.to_path_buf(),
+                shard: index.shards[at].clone(),
+                problem: ShardProblem::ElsewhereInIndex {
+                    name: name.to_string(),
+                    other: index.shards[placed[name]].clone(),
+                },
+            });
+        }
+    }
+    let mut archive = Archive::named(path, index.metadata.clone());
+    for (name, at) in &index.weight_map {
+        let Some(slot) = shards[*at].slots.get(name) else {
+            return Err(Error::ShardMismatch {
+                index: path.to_path_buf(),
+                shard: index.shards[*at].clone(),
+                problem: ShardProblem::MissingEntry { name: name.clone() },
+            });
+        };
+        archive.push(name.clone(), slot.store.clone(), slot.at);
+    }
+    Ok(archive)
 }
 
 /// Maps the checkpoint at `path` and reads its pickle; tensors become views of the mapping
