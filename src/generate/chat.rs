@@ -679,6 +679,15 @@ fn nested_too_deeply() -> minijinja::Error {
 /// each after checking the size against [`MAX_OUTPUT_BYTES`].
 fn add_bounded_filters(environment: &mut Environment<'static>) {
     use minijinja::filters;
+    // `{{ value }}` prints a list or a map by recursing through it: checked first, as the
+    // filters that walk a value are, so that a value a loop nested a hundred thousand levels
+    // deep is refused by name instead of exhausting the stack.
+    environment.set_formatter(|out, state, value| {
+        if matches!(value.kind(), ValueKind::Seq | ValueKind::Map | ValueKind::Iterable) {
+            check_walkable(state, value)?;
+        }
+        minijinja::escape_formatter(out, state, value)
+    });
     environment.add_filter("string", |state: &State<'_, '_>, value: &Value| {
         check_walkable(state, value)?;
         filters::string(state, value)
