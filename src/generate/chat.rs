@@ -1301,7 +1301,8 @@ fn without_generation_tags(source: &str) -> String {
     while let Some(at) = rest.find("{%") {
         out.push_str(&rest[..at]);
         let tag = &rest[at..];
-        let Some(end) = tag.find("%}") else { break };
+        // The closing `%}` comes after the opening `{%` (`{%}` is an opening brace, then `%}`).
+        let Some(end) = tag[2..].find("%}").map(|end| end + 2) else { break };
         let inner = &tag[2..end];
         let (open, body) = match inner.strip_prefix(['-', '+']) {
             Some(body) => (&inner[..1], body),
@@ -1412,5 +1413,9 @@ mod tests {
             ),
             "a{% if true %}b{%- endif -%}c{% if x %}{% endif %}{%if true%}{%+endif+%}"
         );
+        // `{%}` opens a tag and its `%}` is not that tag's end.
+        assert_eq!(without_generation_tags("{%}{% generation %}x"), "{%}{% generation %}x");
+        assert_eq!(without_generation_tags("{%}"), "{%}");
+        assert!(ChatTemplate::new("{%}{{ 1 }}", "", "").is_err());
     }
 }
