@@ -95,7 +95,7 @@ fn run(args: &Args, source: &str, default_ids: &[u32]) -> nnx::Result<()> {
         Device::Gpu => {
             let gpu = nnx::Gpu::open(args.gpu_index)?;
             eprintln!("loading the model onto {}", nnx::Device::name(&gpu));
-            generate(args, &nnx::models::load_on(source, &gpu)?, source, default_ids)
+            generate(args, &nnx::models::load_with(source, &nnx::models::LoadOptions::on(gpu))?, source, default_ids)
         }
         #[cfg(not(feature = "gpu"))]
         Device::Gpu => {

@@ -6,7 +6,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use nnx::Device;
 use nnx::generate::{GenerationConfig, Generator, Message, Sampling, TextStream, Timings};
-use nnx::models::{CausalLm, LoadedModel};
+use nnx::models::{CausalLm, LoadOptions, LoadedModel};
 
 use crate::common::CliError;
 
@@ -136,10 +136,11 @@ fn adapters(args: &Args) -> Result<Vec<(nnx::adapter::Adapter, f32)>, CliError> 
 
 /// Loads the model on the chosen device and generates.
 pub fn run(args: Args) -> Result<String, CliError> {
-    let model = args.model();
     match args.device {
-        DeviceChoice::Cpu if args.lora.is_empty() => generate(&nnx::models::load(model)?, &args),
-        DeviceChoice::Cpu => generate(&nnx::models::load_with_adapters(model, &adapters(&args)?)?, &args),
+        DeviceChoice::Cpu => {
+            let options = LoadOptions { device: nnx::Host, adapters: adapters(&args)? };
+            generate(&nnx::models::load_with(args.model(), &options)?, &args)
+        }
         DeviceChoice::Gpu => run_on_gpu(&args),
     }
 }
@@ -159,10 +160,8 @@ fn run_on_gpu(args: &Args) -> Result<String, CliError> {
              than `--device cpu`; pick another adapter with `NNX_GPU=INDEX`, or run with `--device cpu`"
         );
     }
-    if args.lora.is_empty() {
-        return generate(&nnx::models::load_on(args.model(), &gpu)?, args);
-    }
-    generate(&nnx::models::load_on_with_adapters(args.model(), &gpu, &adapters(args)?)?, args)
+    let options = LoadOptions { device: gpu, adapters: adapters(args)? };
+    generate(&nnx::models::load_with(args.model(), &options)?, args)
 }
 
 /// Without the `gpu` feature: the error that says so.

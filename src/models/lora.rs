@@ -201,8 +201,5 @@ pub fn in_files_layout(adapter: &Adapter, path: &Path) -> Adapter {
         return adapter.clone();
     };
     let model_type = value.get("model_type").and_then(serde_json::Value::as_str).unwrap_or_default();
-    match super::load::MetaModel::from_config(&config_path, model_type, crate::DType::F32) {
-        Ok(family) => family.adapter_layout(adapter),
-        Err(_) => adapter.clone(),
-    }
+    super::load::adapter_layout(&config_path, model_type, adapter).unwrap_or_else(|_| adapter.clone())
 }

@@ -17,9 +17,7 @@ pub mod qwen;
 pub mod sentence;
 
 #[cfg(feature = "text")]
-pub use load::{LoadedModel, adapter_for_gguf, import_plan, load, load_with_adapters};
-#[cfg(all(feature = "text", feature = "gpu"))]
-pub use load::{load_on, load_on_with_adapters};
+pub use load::{LoadDevice, LoadOptions, LoadedModel, adapter_for_gguf, import_plan, load, load_with};
 
 /// The trait generation drives, defined beside it in [`crate::generate`] and implemented by
 /// every model here.

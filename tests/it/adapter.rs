@@ -428,8 +428,8 @@ fn gguf_models_take_adapters_at_run_time() {
     let reference = expected("llama-lora");
     let ids = ids(&reference["ids"]);
     let logits = |file: &str, adapter: PathBuf, scale: f32| {
-        let adapters = [(Adapter::open(adapter).unwrap(), scale)];
-        let loaded = nnx::models::load_with_adapters(models.join(file).to_str().unwrap(), &adapters).unwrap();
+        let options = nnx::models::LoadOptions::default().adapter(Adapter::open(adapter).unwrap(), scale);
+        let loaded = nnx::models::load_with(models.join(file).to_str().unwrap(), &options).unwrap();
         loaded.model.logits(&ids).unwrap().to_vec::<f32>().unwrap()
     };
     for adapter in [case("llama-lora"), case("gguf-lora").join("adapter.gguf")] {
@@ -668,7 +668,8 @@ fn mlx_affine_bases_take_adapters_as_mlx_lm_fuses_them() {
     }
     // And the folder runs with the adapter merged at load, as mlx_lm's fused folder runs.
     let ids = ids(&reference["ids"]);
-    let loaded = nnx::models::load_with_adapters(dir.join("base").to_str().unwrap(), &[(adapter, 1.0)]).unwrap();
+    let options = nnx::models::LoadOptions::default().adapter(adapter, 1.0);
+    let loaded = nnx::models::load_with(dir.join("base").to_str().unwrap(), &options).unwrap();
     assert!(loaded.weights.starts_with("mlx affine 4-bit"), "{}", loaded.weights);
     let logits = loaded.model.logits(&ids).unwrap().to_vec::<f32>().unwrap();
     let theirs = nnx::models::load(dir.join("fused").to_str().unwrap()).unwrap().model.logits(&ids).unwrap();

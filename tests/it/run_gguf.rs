@@ -214,7 +214,8 @@ fn gguf_models_run_on_the_gpu() {
     for (name, file) in [("llama3", "model-q8_0.gguf"), ("llama3-wide", "model-q4_k_m.gguf")] {
         let exact = decoded_llama_logits(name, file);
         let reference = json(case(name).join("reference.json"));
-        let loaded = nnx::models::load_on(case(name).join(file).to_str().unwrap(), &gpu).unwrap();
+        let options = nnx::models::LoadOptions::on(gpu.clone());
+        let loaded = nnx::models::load_with(case(name).join(file).to_str().unwrap(), &options).unwrap();
         let ours = loaded.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
         let diff = max_abs_diff(&ours, &exact, name);
         println!("{name} {file} on the GPU vs its decoded blocks: max abs difference {diff:e}");
@@ -223,7 +224,8 @@ fn gguf_models_run_on_the_gpu() {
     // F32 files of every family on the GPU give transformers' logits.
     for name in CASES {
         let reference = json(case(name).join("reference.json"));
-        let loaded = nnx::models::load_on(case(name).join("model-f32.gguf").to_str().unwrap(), &gpu).unwrap();
+        let options = nnx::models::LoadOptions::on(gpu.clone());
+        let loaded = nnx::models::load_with(case(name).join("model-f32.gguf").to_str().unwrap(), &options).unwrap();
         let ours = loaded.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
         let diff = max_abs_diff(&ours, &floats(&reference["logits"]), name);
         println!("{name} model-f32.gguf on the GPU vs transformers: max abs difference {diff:e}");

@@ -1,0 +1,267 @@
+//! What the loader asks of a decoder's model type, written once per type ([`Decoder`]), and
+//! the loading steps written once for every decoder and device ([`LoadsOn`]): a decoder's meta
+//! model is boxed as a [`DecoderModel`], which loads on the host and, with the `gpu` feature,
+//! on a GPU.
+
+use nnx_core::quant::ggml::GgmlLinear;
+use nnx_core::quant::{QuantizedLinear, SeedLinear};
+
+use super::super::gemma3::Gemma3;
+use super::super::llama::Llama;
+use super::super::lora::Lora;
+use super::super::qwen::Qwen;
+use super::super::{Affine, CausalLm, Ggml, Seed, TokenEmbedding};
+use super::Files;
+use super::device::{HostTarget, Target, attach_to, ggml_meta, pack_embedding};
+use super::folder::Kind;
+use crate::nn::Linear;
+use crate::{Archive, Device, Host, ImportOptions, Module, Result};
+
+/// A decoder's model type (Llama, Qwen, Gemma 3) as the loader builds it: its dense meta model
+/// (`Self`), its forms over ggml blocks, MLX affine and SEED layers, and how it takes a GGUF
+/// file's embedding, rotary rows, head and run-time adapters.
+pub(super) trait Decoder: Module + Sized + 'static {
+    /// The model over ggml blocks on `D`.
+    type Ggml<D: Device>;
+    /// The model over MLX affine layers, on the host.
+    type Affine: Module;
+    /// The model over SEED layers, on the host.
+    type Seed: Module;
+
+    /// The token embedding.
+    fn embed(&mut self) -> &mut TokenEmbedding;
+
+    /// Makes q and k keep a GGUF file's rotary row order where the model's products can read
+    /// them so (no reordered copy), and says whether it does.
+    fn keep_stored_rope_rows(&mut self) -> bool {
+        false
+    }
+
+    /// The model with each projection converted by `convert`, given its model path.
+    fn ggml(&self, convert: impl Fn(&str, &Linear) -> Result<GgmlLinear>) -> Result<Self::Ggml<Host>>;
+
+    /// The model over MLX affine layers.
+    fn affine(&self, convert: &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<Self::Affine>;
+
+    /// The model over SEED layers.
+    fn seed(&self, convert: &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<Self::Seed>;
+
+    /// The output projection of the ggml form (`None`: tied to the embedding).
+    fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>>;
+
+    /// The ggml form on the host with `adapters` applied at run time beside its blocks.
+    fn attach(
+        model: Self::Ggml<Host>,
+        adapters: &[(crate::adapter::Adapter, f32)],
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<Box<dyn CausalLm<Device = Host>>>;
+}
+
+impl Decoder for Llama {
+    type Ggml<D: Device> = Llama<D, Ggml>;
+    type Affine = Llama<Host, Affine>;
+    type Seed = Llama<Host, Seed>;
+
+    fn embed(&mut self) -> &mut TokenEmbedding {
+        &mut self.embed
+    }
+
+    fn keep_stored_rope_rows(&mut self) -> bool {
+        self.stored_rope_rows = true;
+        true
+    }
+
+    fn ggml(&self, convert: impl Fn(&str, &Linear) -> Result<GgmlLinear>) -> Result<Self::Ggml<Host>> {
+        self.map_weights::<Ggml>(convert)
+    }
+
+    fn affine(&self, convert: &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<Self::Affine> {
+        self.map_weights::<Affine>(convert)
+    }
+
+    fn seed(&self, convert: &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<Self::Seed> {
+        self.map_weights::<Seed>(convert)
+    }
+
+    fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
+        &mut model.lm_head
+    }
+
+    fn attach(
+        model: Self::Ggml<Host>,
+        adapters: &[(crate::adapter::Adapter, f32)],
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<Box<dyn CausalLm<Device = Host>>> {
+        let layers = attach_to(&model, adapters, metadata, model.stored_rope_rows)?;
+        Ok(Box::new(model.map_weights::<Lora<Ggml>>(|path, layer| Ok(layers.layer(path, layer)))?))
+    }
+}
+
+impl Decoder for Qwen {
+    type Ggml<D: Device> = Qwen<D, Ggml>;
+    type Affine = Qwen<Host, Affine>;
+    type Seed = Qwen<Host, Seed>;
+
+    fn embed(&mut self) -> &mut TokenEmbedding {
+        &mut self.embed
+    }
+
+    fn ggml(&self, convert: impl Fn(&str, &Linear) -> Result<GgmlLinear>) -> Result<Self::Ggml<Host>> {
+        self.map_weights::<Ggml>(convert)
+    }
+
+    fn affine(&self, convert: &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<Self::Affine> {
+        self.map_weights::<Affine>(convert)
+    }
+
+    fn seed(&self, convert: &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<Self::Seed> {
+        self.map_weights::<Seed>(convert)
+    }
+
+    fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
+        &mut model.lm_head
+    }
+
+    fn attach(
+        model: Self::Ggml<Host>,
+        adapters: &[(crate::adapter::Adapter, f32)],
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<Box<dyn CausalLm<Device = Host>>> {
+        let layers = attach_to(&model, adapters, metadata, false)?;
+        Ok(Box::new(model.map_weights::<Lora<Ggml>>(|path, layer| Ok(layers.layer(path, layer)))?))
+    }
+}
+
+impl Decoder for Gemma3 {
+    type Ggml<D: Device> = Gemma3<D, Ggml>;
+    type Affine = Gemma3<Host, Affine>;
+    type Seed = Gemma3<Host, Seed>;
+
+    fn embed(&mut self) -> &mut TokenEmbedding {
+        &mut self.embed
+    }
+
+    fn ggml(&self, convert: impl Fn(&str, &Linear) -> Result<GgmlLinear>) -> Result<Self::Ggml<Host>> {
+        self.map_weights::<Ggml>(convert)
+    }
+
+    fn affine(&self, convert: &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<Self::Affine> {
+        self.map_weights::<Affine>(convert)
+    }
+
+    fn seed(&self, convert: &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<Self::Seed> {
+        self.map_weights::<Seed>(convert)
+    }
+
+    fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
+        &mut model.lm_head
+    }
+
+    fn attach(
+        model: Self::Ggml<Host>,
+        adapters: &[(crate::adapter::Adapter, f32)],
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<Box<dyn CausalLm<Device = Host>>> {
+        let layers = attach_to(&model, adapters, metadata, false)?;
+        Ok(Box::new(model.map_weights::<Lora<Ggml>>(|path, layer| Ok(layers.layer(path, layer)))?))
+    }
+}
+
+/// A decoder's loading steps onto the device of `T`, written once: implemented for every
+/// [`Decoder`] whose forms place on that device, so that a boxed decoder loads on either.
+pub(super) trait LoadsOn<D: Device, T: Target<D>> {
+    /// The decoder over a GGUF file's blocks (its embedding packed where the target keeps it so,
+    /// its q/k rows as stored where the model reads them so), with the files' run-time adapters.
+    fn gguf(self: Box<Self>, files: &Files, target: &T) -> Result<Box<dyn CausalLm<Device = D>>>;
+
+    /// The decoder over a folder's weights of `kind`.
+    fn folder(self: Box<Self>, files: &Files, kind: Kind, target: &T) -> Result<Box<dyn CausalLm<Device = D>>>;
+}
+
+impl<M, D, T> LoadsOn<D, T> for M
+where
+    D: Device,
+    T: Target<D>,
+    M: Decoder + crate::Place<D>,
+    M::Placed: Module<D> + CausalLm<Device = D> + 'static,
+    M::Ggml<Host>: Module + crate::Place<D, Placed = M::Ggml<D>>,
+    M::Ggml<D>: Module<D> + CausalLm<Device = D> + 'static,
+    M::Affine: crate::Place<D>,
+    <M::Affine as crate::Place<D>>::Placed: Module<D> + CausalLm<Device = D> + 'static,
+    M::Seed: crate::Place<D>,
+    <M::Seed as crate::Place<D>>::Placed: Module<D> + CausalLm<Device = D> + 'static,
+    GgmlLinear: crate::Place<D, Placed = GgmlLinear<D>>,
+{
+    fn gguf(self: Box<Self>, files: &Files, target: &T) -> Result<Box<dyn CausalLm<Device = D>>> {
+        let mut dense = *self;
+        let archive = &files.archive;
+        pack_embedding::<D, T>(archive, dense.embed())?;
+        let options = match dense.keep_stored_rope_rows() {
+            true => ImportOptions::default().with_stored_rope_rows(),
+            false => ImportOptions::default(),
+        };
+        let ggml = dense.ggml(ggml_meta(archive, &dense)?)?;
+        target.finish_ggml::<M>(ggml, archive, &options, &files.adapters)
+    }
+
+    fn folder(self: Box<Self>, files: &Files, kind: Kind, target: &T) -> Result<Box<dyn CausalLm<Device = D>>> {
+        files.assemble(*self, kind, target, |dense, f| dense.affine(f), |dense, f| dense.seed(f))
+    }
+}
+
+/// [`LoadsOn`] a GPU, as a trait a [`DecoderModel`] can require whether the `gpu` feature is on
+/// or not.
+#[cfg(feature = "gpu")]
+pub(super) trait OnGpu: LoadsOn<crate::Gpu, super::device::GpuTarget> {}
+
+#[cfg(feature = "gpu")]
+impl<M: LoadsOn<crate::Gpu, super::device::GpuTarget>> OnGpu for M {}
+
+/// Without the `gpu` feature, nothing.
+#[cfg(not(feature = "gpu"))]
+pub(super) trait OnGpu {}
+
+#[cfg(not(feature = "gpu"))]
+impl<M> OnGpu for M {}
+
+/// A decoder's meta model, boxed: it loads on every device, and the import plan and the
+/// adapters ask it what it reads.
+pub(super) trait DecoderModel: LoadsOn<Host, HostTarget> + OnGpu {
+    /// The plan of importing the files into the dense model as it is.
+    fn plan_dense(&self, archive: &Archive) -> Result<crate::ImportPlan>;
+
+    /// The plan of importing a folder of `kind` into the model over its layers.
+    fn plan_folder(&self, files: &Files, kind: Kind) -> Result<crate::ImportPlan>;
+
+    /// `adapter` in the layout the model's files store its weights in.
+    fn adapter_layout(&self, adapter: &crate::adapter::Adapter) -> crate::adapter::Adapter;
+
+    /// `adapter` renamed to a GGUF file's names and q/k row order.
+    fn gguf_adapter(
+        &self,
+        adapter: &crate::adapter::Adapter,
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<crate::adapter::Adapter>;
+}
+
+impl<M: Decoder + LoadsOn<Host, HostTarget> + OnGpu> DecoderModel for M {
+    fn plan_dense(&self, archive: &Archive) -> Result<crate::ImportPlan> {
+        archive.import_plan(self, "")
+    }
+
+    fn plan_folder(&self, files: &Files, kind: Kind) -> Result<crate::ImportPlan> {
+        files.plan_folder(self, kind, |dense, f| dense.affine(f), |dense, f| dense.seed(f))
+    }
+
+    fn adapter_layout(&self, adapter: &crate::adapter::Adapter) -> crate::adapter::Adapter {
+        adapter.in_model_layout(self)
+    }
+
+    fn gguf_adapter(
+        &self,
+        adapter: &crate::adapter::Adapter,
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<crate::adapter::Adapter> {
+        adapter.renamed_for_gguf(self, metadata)
+    }
+}
