@@ -24,8 +24,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use nnx::generate::{GenerationConfig, Generator};
-use nnx::models::CausalLm;
 use nnx::models::llama::{Llama, LlamaConfig};
+use nnx::models::{CausalLm, Quantize};
 use nnx::nn::Init;
 use nnx::{Archive, DType};
 

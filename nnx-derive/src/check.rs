@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::ast::{Container, Field};
+use crate::ast::{self, Container, Conversion, Field};
 use crate::ctxt::Ctxt;
 use crate::symbol::{self, HEAD_COUNT_KEYS};
 
@@ -23,6 +23,7 @@ pub fn check(cx: &Ctxt, container: &Container<'_>) {
     check_split_siblings(cx, container);
     check_unique_segments(cx, container);
     check_tie_sibling(cx, container);
+    check_weights_conversion(cx, container);
 }
 
 /// Why a dotted path is not valid, if it is not: it must be non-empty with non-empty segments.
@@ -317,6 +318,35 @@ fn check_tie_sibling(cx: &Ctxt, container: &Container<'_>) {
                  import root; a path of several segments, such as `model.embed_tokens`, reaches into a nested one)"
             ),
         );
+    }
+}
+
+/// In a struct with a weights parameter `W`, the generated `map_weights` converts every field
+/// that names `W`: a projection `W::Layer<D>`, a module generic over `W`, or a container of
+/// those with one type argument. A field naming `W` in any other way (a tuple, an array, a
+/// reference) would have no converted value; it is an error on the field's type.
+fn check_weights_conversion(cx: &Ctxt, container: &Container<'_>) {
+    let Some(weights) = ast::weights_param(container.generics) else { return };
+    for field in &container.fields {
+        if unsupported(&ast::conversion(field.ty, weights)) {
+            cx.error_spanned_by(
+                field.ty,
+                format!(
+                    "`map_weights` cannot convert this field: a field naming the weights parameter `{weights}` must \
+                     be `{weights}::Layer<D>`, a module generic over `{weights}`, or an `Option`, `Vec` or `Box` \
+                     of those; use a `Vec` for several projections, or a struct deriving `Module`"
+                ),
+            );
+        }
+    }
+}
+
+/// Whether a conversion, or one of its items, cannot be carried out.
+fn unsupported(conversion: &Conversion<'_>) -> bool {
+    match conversion {
+        Conversion::Unsupported => true,
+        Conversion::Each(_, inner) => unsupported(inner),
+        _ => false,
     }
 }
 

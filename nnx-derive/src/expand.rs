@@ -1,4 +1,5 @@
-//! Emits the `Module` impl (the walk) of a checked input, and `Place` for a struct with a device
+//! Emits the `Module` impl (the walk) of a checked input, `Place` for a struct with a device
+//! parameter, and `MapWeights` with an inherent `map_weights` for a struct with a weights
 //! parameter. Only tokens are produced here.
 
 use std::collections::HashSet;
@@ -6,9 +7,9 @@ use std::collections::HashSet;
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{DeriveInput, GenericArgument, Ident, PathArguments, ReturnType, Type, TypeParamBound};
+use syn::{DeriveInput, GenericArgument, Generics, Ident, PathArguments, Type};
 
-use crate::ast::{Container, Field};
+use crate::ast::{self, Container, Conversion, Field, mentions};
 use crate::ctxt::Ctxt;
 use crate::{check, fallback};
 
@@ -38,10 +39,14 @@ pub fn crate_path(container: &Container<'_>) -> TokenStream {
 
 fn impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
     let private = quote!(#krate::__private);
-    let device = device_param(container);
+    let device = ast::device_param(container.generics);
     let module = module_impl(container, &private, device);
     let (place, inherent) = match device {
         Some(device) => place_impls(container, &private, device),
+        None => (TokenStream::new(), TokenStream::new()),
+    };
+    let (map_weights, map_weights_inherent) = match ast::weights_param(container.generics) {
+        Some(weights) => map_weights_impls(container, &private, device, weights),
         None => (TokenStream::new(), TokenStream::new()),
     };
     quote! {
@@ -49,30 +54,12 @@ fn impls(container: &Container<'_>, krate: &TokenStream) -> TokenStream {
         const _: () = {
             #module
             #place
+            #map_weights
         };
 
         #inherent
+        #map_weights_inherent
     }
-}
-
-/// The type parameter bounded by `Device` (`struct Mlp<D: Device = Host>`), if any: such a
-/// struct is a module on every device, and its host instance can be placed on the others.
-fn device_param<'a>(container: &Container<'a>) -> Option<&'a Ident> {
-    let is_device = |bound: &TypeParamBound| matches!(bound, TypeParamBound::Trait(bound) if bound.path.segments.last().is_some_and(|last| last.ident == "Device"));
-    let in_where = |ident: &Ident| {
-        container.generics.where_clause.iter().flat_map(|clause| &clause.predicates).any(|predicate| match predicate {
-            syn::WherePredicate::Type(predicate) => {
-                matches!(&predicate.bounded_ty, Type::Path(path) if path.path.is_ident(ident))
-                    && predicate.bounds.iter().any(is_device)
-            }
-            _ => false,
-        })
-    };
-    container
-        .generics
-        .type_params()
-        .find(|param| param.bounds.iter().any(is_device) || in_where(&param.ident))
-        .map(|param| &param.ident)
 }
 
 /// `ty` with the type parameter `param` replaced by `with` wherever it appears.
@@ -209,42 +196,9 @@ fn place_impls(container: &Container<'_>, private: &TokenStream, device: &Ident)
     let to: Type = syn::parse_quote!(#to_ident);
 
     // The generics without the device parameter, and the type's arguments with it replaced.
-    let mut rest = container.generics.clone();
-    rest.params = rest
-        .params
-        .into_iter()
-        .filter(|param| !matches!(param, syn::GenericParam::Type(ty) if &ty.ident == device))
-        .collect();
-    if let Some(clause) = &mut rest.where_clause {
-        clause.predicates = clause
-            .predicates
-            .clone()
-            .into_iter()
-            .filter(|predicate| {
-                !matches!(predicate, syn::WherePredicate::Type(p) if matches!(&p.bounded_ty, Type::Path(path) if path.path.is_ident(device)))
-            })
-            .collect();
-    }
-    let arguments = |with: &Type| -> TokenStream {
-        let items = container.generics.params.iter().map(|param| match param {
-            syn::GenericParam::Type(ty) if &ty.ident == device => quote!(#with),
-            syn::GenericParam::Type(ty) => {
-                let ident = &ty.ident;
-                quote!(#ident)
-            }
-            syn::GenericParam::Lifetime(lifetime) => {
-                let lifetime = &lifetime.lifetime;
-                quote!(#lifetime)
-            }
-            syn::GenericParam::Const(constant) => {
-                let ident = &constant.ident;
-                quote!(#ident)
-            }
-        });
-        quote!(<#(#items),*>)
-    };
-    let on_host = arguments(&host);
-    let on_to = arguments(&to);
+    let rest = without_param(container.generics, device);
+    let on_host = arguments(container.generics, &[(device, &host)]);
+    let on_to = arguments(container.generics, &[(device, &to)]);
 
     // Every walked field through `Place`, every skipped one cloned.
     let mut place_generics = rest.clone();
@@ -300,6 +254,187 @@ fn place_impls(container: &Container<'_>, private: &TokenStream, device: &Ident)
         }
     };
     (place, inherent)
+}
+
+/// `generics` without the type parameter `param` and the `where` predicates bounding it.
+pub fn without_param(generics: &Generics, param: &Ident) -> Generics {
+    let mut rest = generics.clone();
+    rest.params = rest
+        .params
+        .into_iter()
+        .filter(|generic| !matches!(generic, syn::GenericParam::Type(ty) if &ty.ident == param))
+        .collect();
+    if let Some(clause) = &mut rest.where_clause {
+        clause.predicates = clause
+            .predicates
+            .clone()
+            .into_iter()
+            .filter(|predicate| {
+                !matches!(predicate, syn::WherePredicate::Type(p) if matches!(&p.bounded_ty, Type::Path(path) if path.path.is_ident(param)))
+            })
+            .collect();
+    }
+    rest
+}
+
+/// The type's arguments (`<D, W>`), each type parameter named in `with` replaced by its type.
+pub fn arguments(generics: &Generics, with: &[(&Ident, &Type)]) -> TokenStream {
+    let items = generics.params.iter().map(|param| match param {
+        syn::GenericParam::Type(ty) => match with.iter().find(|(ident, _)| *ident == &ty.ident) {
+            Some((_, with)) => quote!(#with),
+            None => {
+                let ident = &ty.ident;
+                quote!(#ident)
+            }
+        },
+        syn::GenericParam::Lifetime(lifetime) => {
+            let lifetime = &lifetime.lifetime;
+            quote!(#lifetime)
+        }
+        syn::GenericParam::Const(constant) => {
+            let ident = &constant.ident;
+            quote!(#ident)
+        }
+    });
+    quote!(<#(#items),*>)
+}
+
+/// For a struct with a weights parameter `W`: `MapWeights<W, V>` for its host instance
+/// (`S<Host, W>` becomes `S<Host, V>`), converting each `W::Layer` field through `convert`
+/// with its path, each nested module through its own `MapWeights`, the items of a container
+/// through `MapEach`, and cloning every other field; and an inherent `map_weights` starting it
+/// at the empty path. Returns the trait impl and the inherent impl.
+fn map_weights_impls(
+    container: &Container<'_>,
+    private: &TokenStream,
+    device: Option<&Ident>,
+    weights: &Ident,
+) -> (TokenStream, TokenStream) {
+    let ident = container.ident;
+    let host: Type = syn::parse_quote!(#private::Host);
+    let to_ident = Ident::new("__NnxV", Span::call_site());
+    let to: Type = syn::parse_quote!(#to_ident);
+    let rest = match device {
+        Some(device) => without_param(container.generics, device),
+        None => container.generics.clone(),
+    };
+    let (from_arguments, to_arguments) = match device {
+        Some(device) => (
+            arguments(container.generics, &[(device, &host)]),
+            arguments(container.generics, &[(device, &host), (weights, &to)]),
+        ),
+        None => (arguments(container.generics, &[]), arguments(container.generics, &[(weights, &to)])),
+    };
+    let converter = Converter { private, weights, to: &to, device, host: &host };
+
+    let mut generics = rest.clone();
+    generics.params.push(syn::parse_quote!(#to_ident: #private::Weights));
+    let where_clause = generics.make_where_clause();
+    let (mut members, mut converts) = (Vec::new(), false);
+    for field in &container.fields {
+        let (member, ty) = (&field.member, field.ty);
+        let segment = field.segment();
+        let path = quote!(&#private::join(__path, #segment));
+        let conversion = ast::conversion(ty, weights);
+        if let Conversion::Clone = conversion {
+            let on_host = converter.on_host(ty);
+            where_clause.predicates.push(syn::parse_quote_spanned!(ty.span()=> #on_host: ::core::clone::Clone));
+        } else {
+            converts = true;
+        }
+        let value = converter.convert(&conversion, ty, quote!(&self.#member), path);
+        members.push(quote!(#member: #value));
+    }
+    let (impl_generics, _, where_clause) = generics.split_for_impl();
+    let (uses_path, uses_convert) = if converts { (quote!(__path), quote!(__convert)) } else { (quote!(_), quote!(_)) };
+    let map = quote! {
+        #[automatically_derived]
+        impl #impl_generics #private::MapWeights<#weights, #to_ident> for #ident #from_arguments #where_clause {
+            type Mapped = #ident #to_arguments;
+
+            fn map_weights_at(
+                &self,
+                #uses_path: &::core::primitive::str,
+                #uses_convert: &#private::Convert<'_, #weights, #to_ident>,
+            ) -> #private::Result<#ident #to_arguments> {
+                ::core::result::Result::Ok(#ident { #(#members),* })
+            }
+        }
+    };
+    let (rest_impl, _, rest_where) = rest.split_for_impl();
+    let inherent = quote! {
+        #[automatically_derived]
+        impl #rest_impl #ident #from_arguments #rest_where {
+            /// This model with every projection (each field of type `W::Layer`, alone or in an
+            /// `Option`, `Vec` or `Box`, here and in nested modules) turned into a layer of the
+            /// weight kind `V` by `convert`, which is given the projection's model path
+            /// (`layers.0.attn.q`, `lm_head`) and the layer; every other field is cloned.
+            ///
+            /// # Errors
+            /// The first error of `convert`.
+            pub fn map_weights<#to_ident: #private::Weights>(
+                &self,
+                convert: impl ::core::ops::Fn(
+                    &::core::primitive::str,
+                    &<#weights as #private::Weights>::Layer<#private::Host>,
+                ) -> #private::Result<<#to_ident as #private::Weights>::Layer<#private::Host>>,
+            ) -> #private::Result<#ident #to_arguments>
+            where
+                Self: #private::MapWeights<#weights, #to_ident, Mapped = #ident #to_arguments>,
+            {
+                #private::MapWeights::map_weights_at(self, "", &convert)
+            }
+        }
+    };
+    (map, inherent)
+}
+
+/// How the fields of one struct are converted: its weights parameter, the kind converted to,
+/// and the device parameter that the host instance fixes to `Host`.
+struct Converter<'a> {
+    private: &'a TokenStream,
+    weights: &'a Ident,
+    to: &'a Type,
+    device: Option<&'a Ident>,
+    host: &'a Type,
+}
+
+impl Converter<'_> {
+    /// `ty` on the host.
+    fn on_host(&self, ty: &Type) -> Type {
+        match self.device {
+            Some(device) => substitute(ty, device, self.host),
+            None => ty.clone(),
+        }
+    }
+
+    /// The expression converting `value` (a reference to a value of type `ty`) at `path` (a
+    /// `&str` expression), as `conversion` says; spanned on `ty`, so that a type the
+    /// conversion cannot take is reported at the field.
+    fn convert(&self, conversion: &Conversion<'_>, ty: &Type, value: TokenStream, path: TokenStream) -> TokenStream {
+        let Converter { private, weights, to, .. } = self;
+        match conversion {
+            Conversion::Clone | Conversion::Unsupported => {
+                quote_spanned!(ty.span()=> ::core::clone::Clone::clone(#value))
+            }
+            Conversion::Layer => quote_spanned!(ty.span()=> __convert(#path, #value)?),
+            Conversion::Module => {
+                let on_host = self.on_host(ty);
+                quote_spanned!(ty.span()=>
+                    <#on_host as #private::MapWeights<#weights, #to>>::map_weights_at(#value, #path, __convert)?
+                )
+            }
+            Conversion::Each(inner, conversion) => {
+                let item = self.convert(conversion, inner, quote!(__item), quote!(__path));
+                let on_host = self.on_host(ty);
+                quote_spanned!(ty.span()=>
+                    <#on_host as #private::MapEach<_>>::map_each(#value, #path, &mut |__path: &::core::primitive::str, __item| {
+                        ::core::result::Result::Ok(#item)
+                    })?
+                )
+            }
+        }
+    }
 }
 
 /// `PathStep::Field(&FieldInfo { .. })` for one field, every part a constant so the reference is
@@ -367,84 +502,5 @@ fn step(field: &Field<'_>, private: &TokenStream) -> TokenStream {
                 dtype: #dtype,
             },
         })
-    }
-}
-
-/// Whether a type names one of the struct's type parameters anywhere in it, so that its
-/// `Module` impl depends on them and must be a bound of the generated impl.
-fn mentions(ty: &Type, params: &HashSet<&Ident>) -> bool {
-    if params.is_empty() {
-        return false;
-    }
-    match ty {
-        Type::Array(array) => mentions(&array.elem, params),
-        Type::Slice(slice) => mentions(&slice.elem, params),
-        Type::Group(group) => mentions(&group.elem, params),
-        Type::Paren(paren) => mentions(&paren.elem, params),
-        Type::Ptr(pointer) => mentions(&pointer.elem, params),
-        Type::Reference(reference) => mentions(&reference.elem, params),
-        Type::Tuple(tuple) => tuple.elems.iter().any(|elem| mentions(elem, params)),
-        Type::Path(path) => {
-            path.qself.as_ref().is_some_and(|qself| mentions(&qself.ty, params))
-                || path.path.leading_colon.is_none()
-                    && path.path.segments.first().is_some_and(|first| params.contains(&first.ident))
-                || path.path.segments.iter().any(|segment| arguments_mention(&segment.arguments, params))
-        }
-        Type::FnPtr(function) => {
-            function.inputs.iter().any(|input| mentions(&input.ty, params))
-                || matches!(&function.output, ReturnType::Type(_, output) if mentions(output, params))
-        }
-        Type::TraitObject(object) => bounds_mention(object.bounds.iter(), params),
-        Type::ImplTrait(object) => bounds_mention(object.bounds.iter(), params),
-        // A macro could expand to anything: bound it, which is always sound.
-        Type::Macro(_) => true,
-        _ => false,
-    }
-}
-
-fn arguments_mention(arguments: &PathArguments, params: &HashSet<&Ident>) -> bool {
-    match arguments {
-        PathArguments::None => false,
-        PathArguments::AngleBracketed(angle) => angle.args.iter().any(|argument| match argument {
-            GenericArgument::Type(ty) => mentions(ty, params),
-            GenericArgument::AssocType(assoc) => mentions(&assoc.ty, params),
-            _ => false,
-        }),
-        PathArguments::Parenthesized(parenthesized) => {
-            parenthesized.inputs.iter().any(|input| mentions(&input.ty, params))
-                || matches!(&parenthesized.output, ReturnType::Type(_, output) if mentions(output, params))
-        }
-    }
-}
-
-fn bounds_mention<'a>(mut bounds: impl Iterator<Item = &'a TypeParamBound>, params: &HashSet<&Ident>) -> bool {
-    bounds.any(|bound| match bound {
-        TypeParamBound::Trait(bound) => {
-            bound.path.segments.iter().any(|segment| arguments_mention(&segment.arguments, params))
-        }
-        _ => false,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn generic_fields(input: TokenStream) -> Vec<bool> {
-        let input: DeriveInput = syn::parse2(input).unwrap();
-        let params: HashSet<&Ident> = input.generics.type_params().map(|param| &param.ident).collect();
-        let syn::Data::Struct(data) = &input.data else { unreachable!() };
-        data.fields.iter().map(|field| mentions(&field.ty, &params)).collect()
-    }
-
-    #[test]
-    fn finds_type_parameters() {
-        let found = generic_fields(quote! {
-            struct S<'a, M, const N: usize> {
-                a: M, b: Vec<M>, c: [M; N], d: [Tensor; N], e: Tensor, f: Option<Box<M>>,
-                g: &'a Tensor, h: <M as Trait>::Out, i: M::Out, j: ::M, k: (Tensor, M), l: Other<'a>,
-            }
-        });
-        assert_eq!(found, [true, true, true, false, false, true, false, true, true, false, true, false]);
     }
 }

@@ -620,7 +620,7 @@ macro_rules! causal_lm {
 pub(crate) use causal_lm;
 
 /// The gated feed-forward network: `down(act(gate(x)) * up(x))` (SiLU for Llama and Qwen, tanh
-/// GELU for Gemma 3), shared by the decoders: one set of import names, one weight conversion.
+/// GELU for Gemma 3), shared by the decoders: one set of import names.
 #[derive(Module, Clone, Debug)]
 pub struct Mlp<D: Device = Host, W: Weights = Dense> {
     /// Gate projection.
@@ -632,20 +632,4 @@ pub struct Mlp<D: Device = Host, W: Weights = Dense> {
     /// Down projection.
     #[nnx(from = "down_proj", gguf = "ffn_down")]
     pub down: W::Layer<D>,
-}
-
-impl<W: Weights> Mlp<Host, W> {
-    /// This MLP with its projections converted by `convert`, given each one's model path under
-    /// `path` (`layers.0.mlp`).
-    pub(crate) fn map<V: Weights>(
-        &self,
-        path: &str,
-        convert: &impl Fn(&str, &W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
-    ) -> crate::Result<Mlp<Host, V>> {
-        Ok(Mlp {
-            gate: convert(&format!("{path}.gate"), &self.gate)?,
-            up: convert(&format!("{path}.up"), &self.up)?,
-            down: convert(&format!("{path}.down"), &self.down)?,
-        })
-    }
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 use super::decoder::Mlp;
 use super::decoder::{FULL, GgufKeys, Pass, Rotary, SLIDING, Shape, check_layer_types, linear_rope_factor};
 use super::llama::RopeParameters;
-use super::{Affine, Dense, Project, TokenEmbedding, Weights};
+use super::{Dense, Project, TokenEmbedding, Weights};
 use crate::generate::KvCache;
 use crate::gguf::Metadata;
 use crate::nn::{Init, Linear, RmsNorm};
@@ -427,8 +427,8 @@ pub struct Layer<D: Device = Host, W: Weights = Dense> {
 }
 
 /// Gemma 3's text model with its language-model head. `W` is how the projections (and an
-/// untied head) are stored: [`Dense`] as published, or packed by [`Gemma3::quantize`] or
-/// [`Gemma3::map_weights`].
+/// untied head) are stored: [`Dense`] as published, or packed by
+/// [`Quantize::quantize`](super::Quantize::quantize) or [`Gemma3::map_weights`].
 #[derive(Module, Clone, Debug)]
 pub struct Gemma3<D: Device = Host, W: Weights = Dense> {
     /// Token embeddings (scaled by `sqrt(hidden_size)` on the way in).
@@ -492,61 +492,6 @@ impl Gemma3 {
                 .then(|| linear(hidden, config.vocab_size, false, init.at("lm_head"))),
             config: config.clone(),
         }
-    }
-
-    /// This model with every projection (and an untied head) quantized to MLX affine
-    /// `bits`-bit values in groups of `group_size`; the embedding and norms stay as they are.
-    ///
-    /// # Errors
-    /// As [`QuantizedLinear::from_linear`](crate::quant::QuantizedLinear::from_linear): an
-    /// unsupported width or group, or a width not a multiple of the group.
-    pub fn quantize(&self, bits: u32, group_size: usize) -> crate::Result<Gemma3<Host, Affine>> {
-        self.map_weights(|_, linear| crate::quant::QuantizedLinear::from_linear(linear, bits, group_size))
-    }
-}
-
-impl<W: Weights> Gemma3<Host, W> {
-    /// This model with every projection and an untied head turned into the layers of `V` by
-    /// `convert`, which is given each one's model path (`layers.0.attn.q`,
-    /// `layers.0.mlp.down`, `lm_head`) and the layer. The embedding, norms and configuration
-    /// are cloned.
-    ///
-    /// # Errors
-    /// The first error of `convert`.
-    pub fn map_weights<V: Weights>(
-        &self,
-        convert: impl Fn(&str, &W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
-    ) -> crate::Result<Gemma3<Host, V>> {
-        let layers = self
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(index, layer)| {
-                let (attn, path) = (&layer.attn, format!("layers.{index}"));
-                Ok(Layer {
-                    attn_norm: layer.attn_norm.clone(),
-                    attn: Attention {
-                        q: convert(&format!("{path}.attn.q"), &attn.q)?,
-                        k: convert(&format!("{path}.attn.k"), &attn.k)?,
-                        v: convert(&format!("{path}.attn.v"), &attn.v)?,
-                        o: convert(&format!("{path}.attn.o"), &attn.o)?,
-                        q_norm: attn.q_norm.clone(),
-                        k_norm: attn.k_norm.clone(),
-                    },
-                    post_attn_norm: layer.post_attn_norm.clone(),
-                    mlp_norm: layer.mlp_norm.clone(),
-                    mlp: layer.mlp.map(&format!("{path}.mlp"), &convert)?,
-                    post_mlp_norm: layer.post_mlp_norm.clone(),
-                })
-            })
-            .collect::<crate::Result<Vec<_>>>()?;
-        Ok(Gemma3 {
-            embed: self.embed.clone(),
-            layers,
-            norm: self.norm.clone(),
-            lm_head: self.lm_head.as_ref().map(|head| convert("lm_head", head)).transpose()?,
-            config: self.config.clone(),
-        })
     }
 }
 

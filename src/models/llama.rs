@@ -9,7 +9,7 @@ use std::path::Path;
 
 pub use super::decoder::Mlp;
 use super::decoder::{Pass, Rotary};
-use super::{Affine, Dense, Project, TokenEmbedding, Weights};
+use super::{Dense, Project, TokenEmbedding, Weights};
 use crate::generate::KvCache;
 use crate::nn::{Init, Linear, RmsNorm};
 use crate::quant::ggml::GgmlLinear;
@@ -315,7 +315,8 @@ pub struct Layer<D: Device = Host, W: Weights = Dense> {
 }
 
 /// Llama with its language-model head. `W` is how the projections (and the head) are stored:
-/// [`Dense`] as published, or packed by [`Llama::quantize`] or [`Llama::map_weights`].
+/// [`Dense`] as published, or packed by
+/// [`Quantize::quantize`](super::Quantize::quantize) or [`Llama::map_weights`].
 #[derive(Module, Clone, Debug)]
 pub struct Llama<D: Device = Host, W: Weights = Dense> {
     /// Token embeddings.
@@ -391,62 +392,6 @@ impl Llama {
             stored_rope_rows: false,
             config: config.clone(),
         }
-    }
-
-    /// This model with every projection and the head quantized to MLX affine `bits`-bit values
-    /// in groups of `group_size` (as `mlx.nn.quantize` does; the embedding and norms stay as
-    /// they are). A decoded token then reads about `bits / 32` of the f32 weight bytes.
-    ///
-    /// # Errors
-    /// As [`QuantizedLinear::from_linear`](crate::quant::QuantizedLinear::from_linear): an
-    /// unsupported width or group, or a width not a multiple of the group.
-    pub fn quantize(&self, bits: u32, group_size: usize) -> crate::Result<Llama<Host, Affine>> {
-        self.map_weights(|_, linear| crate::quant::QuantizedLinear::from_linear(linear, bits, group_size))
-    }
-}
-
-impl<W: Weights> Llama<Host, W> {
-    /// This model with every projection and the head turned into the layers of `V` by
-    /// `convert`, which is given each one's model path (`layers.0.attn.q`, `lm_head`): for
-    /// example [`SeedLinear::from_linear`](crate::quant::SeedLinear::from_linear) for
-    /// [`Seed`](super::Seed), or [`QuantizedLinear::to_linear`](crate::quant::QuantizedLinear::to_linear)
-    /// back to [`Dense`]. The embedding, norms and configuration are cloned.
-    ///
-    /// # Errors
-    /// The first error of `convert`.
-    pub fn map_weights<V: Weights>(
-        &self,
-        convert: impl Fn(&str, &W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
-    ) -> crate::Result<Llama<Host, V>> {
-        let layers = self
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(index, layer)| {
-                let (attn, mlp) = (&layer.attn, &layer.mlp);
-                let at = |path: &str| format!("layers.{index}.{path}");
-                Ok(Layer {
-                    attn_norm: layer.attn_norm.clone(),
-                    attn: Attention {
-                        q: convert(&at("attn.q"), &attn.q)?,
-                        k: convert(&at("attn.k"), &attn.k)?,
-                        v: convert(&at("attn.v"), &attn.v)?,
-                        o: convert(&at("attn.o"), &attn.o)?,
-                    },
-                    mlp_norm: layer.mlp_norm.clone(),
-                    mlp: mlp.map(&at("mlp"), &convert)?,
-                })
-            })
-            .collect::<crate::Result<Vec<_>>>()?;
-        Ok(Llama {
-            embed: self.embed.clone(),
-            layers,
-            norm: self.norm.clone(),
-            lm_head: self.lm_head.as_ref().map(|head| convert("lm_head", head)).transpose()?,
-            rope_freqs: self.rope_freqs.clone(),
-            stored_rope_rows: self.stored_rope_rows,
-            config: self.config.clone(),
-        })
     }
 }
 

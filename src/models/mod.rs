@@ -24,90 +24,16 @@ pub use load::{LoadDevice, LoadOptions, LoadedModel, adapter_for_gguf, import_pl
 pub use crate::generate::CausalLm;
 pub(crate) use crate::generate::{cached_rows, check_capacity};
 
-use std::fmt::Debug;
 use std::path::Path;
 
 use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
-use nnx_core::quant::{QuantizedLinear, SeedLinear};
 use nnx_core::{Compute, DType, Device, Host, Tensor};
 
 use crate::Module;
-use crate::nn::Linear;
 
-/// A layer that maps the last axis of its input, dense or packed: what a model's projections
-/// need, so that one model definition runs over either.
-pub trait Project<D: Device> {
-    /// `x W^T + b` in f32, for `x` `[.., in]`.
-    ///
-    /// # Errors
-    /// The layer's own `forward` errors (a width that does not match, a meta weight).
-    fn project(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>>;
-
-    /// [`Project::project`] of each of `layers` on the same `x` (a layer's q, k and v, or the
-    /// gate and up projections); a kind of layer that can run them together overrides it
-    /// (ggml layers decoding a token share one parallel pass).
-    ///
-    /// # Errors
-    /// As [`Project::project`].
-    fn project_many(layers: &[&Self], x: &Tensor<D>) -> crate::Result<Vec<Tensor<D>>>
-    where
-        Self: Sized,
-    {
-        layers.iter().map(|layer| layer.project(x)).collect()
-    }
-}
-
-impl<D: Device> Project<D> for Linear<D>
-where
-    Tensor<D>: Compute,
-{
-    fn project(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
-        self.forward(x)
-    }
-}
-
-impl Project<Host> for QuantizedLinear {
-    fn project(&self, x: &Tensor) -> crate::Result<Tensor> {
-        self.forward(x)
-    }
-}
-
-impl Project<Host> for GgmlLinear {
-    fn project(&self, x: &Tensor) -> crate::Result<Tensor> {
-        self.forward(x)
-    }
-
-    fn project_many(layers: &[&Self], x: &Tensor) -> crate::Result<Vec<Tensor>> {
-        GgmlLinear::forward_many(layers, x)
-    }
-}
-
-impl Project<Host> for SeedLinear {
-    fn project(&self, x: &Tensor) -> crate::Result<Tensor> {
-        self.forward(x)
-    }
-}
-
-#[cfg(feature = "gpu")]
-impl Project<crate::Gpu> for QuantizedLinear<crate::Gpu> {
-    fn project(&self, x: &Tensor<crate::Gpu>) -> crate::Result<Tensor<crate::Gpu>> {
-        self.forward(x)
-    }
-}
-
-#[cfg(feature = "gpu")]
-impl Project<crate::Gpu> for GgmlLinear<crate::Gpu> {
-    fn project(&self, x: &Tensor<crate::Gpu>) -> crate::Result<Tensor<crate::Gpu>> {
-        self.forward(x)
-    }
-}
-
-#[cfg(feature = "gpu")]
-impl Project<crate::Gpu> for SeedLinear<crate::Gpu> {
-    fn project(&self, x: &Tensor<crate::Gpu>) -> crate::Result<Tensor<crate::Gpu>> {
-        self.forward(x)
-    }
-}
+// The weight kinds and the projection contract live beside the layers they describe, in
+// `nnx-core`; the models name them here.
+pub use nnx_core::{Affine, Dense, Ggml, MapWeights, Project, Quantize, Seed, Weights};
 
 /// The token embedding of a decoder: a float table `[vocab, hidden]`, or (from a GGUF file)
 /// the packed ggml rows `U8 [vocab, row_bytes]` exactly as the file stores them. A packed
@@ -206,48 +132,6 @@ pub(crate) fn project_all<D: Device, L: Project<D>, const N: usize>(
 ) -> crate::Result<[Tensor<D>; N]> {
     let outputs = L::project_many(&layers, x)?;
     Ok(outputs.try_into().unwrap_or_else(|_| unreachable!("one output per layer")))
-}
-
-/// How a model stores its projection weights: the second type parameter of [`llama::Llama`].
-/// [`Dense`] is the published checkpoint; [`Affine`], [`Seed`] and [`Ggml`] are packed (see
-/// [`llama::Llama::quantize`]), read without ever writing the float weight.
-pub trait Weights: Clone + Debug + 'static {
-    /// One projection on device `D`.
-    type Layer<D: Device>: Clone + Debug;
-}
-
-/// Float weights ([`Linear`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Dense;
-
-/// MLX affine quantized weights ([`QuantizedLinear`]), in the layout of MLX's own
-/// `QuantizedLinear`: `weight` (packed U32), `scales`, `biases`.
-#[derive(Clone, Copy, Debug)]
-pub struct Affine;
-
-/// SeedLM weights ([`SeedLinear`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Seed;
-
-/// ggml block weights ([`GgmlLinear`]), as GGUF files store them: Q4_0, Q8_0, the K-quants,
-/// IQ4 and the rest, each projection its own type.
-#[derive(Clone, Copy, Debug)]
-pub struct Ggml;
-
-impl Weights for Dense {
-    type Layer<D: Device> = Linear<D>;
-}
-
-impl Weights for Affine {
-    type Layer<D: Device> = QuantizedLinear<D>;
-}
-
-impl Weights for Seed {
-    type Layer<D: Device> = SeedLinear<D>;
-}
-
-impl Weights for Ggml {
-    type Layer<D: Device> = GgmlLinear<D>;
 }
 
 /// Reads and parses a `config.json`, then runs the configuration's `check` on it, so that no

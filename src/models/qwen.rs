@@ -9,7 +9,7 @@ use std::path::Path;
 pub use super::decoder::Mlp;
 use super::decoder::{GgufKeys, Pass, Rotary, SLIDING, Shape, check_layer_types, linear_rope_factor, unusable};
 use super::llama::RopeParameters;
-use super::{Affine, Dense, Project, TokenEmbedding, Weights};
+use super::{Dense, Project, TokenEmbedding, Weights};
 use crate::generate::KvCache;
 use crate::gguf::Metadata;
 use crate::nn::{Init, Linear, RmsNorm};
@@ -297,7 +297,8 @@ pub struct Layer<D: Device = Host, W: Weights = Dense> {
 }
 
 /// Qwen2 or Qwen3 with its language-model head. `W` is how the projections (and the head) are
-/// stored: [`Dense`] as published, or packed by [`Qwen::quantize`] or [`Qwen::map_weights`].
+/// stored: [`Dense`] as published, or packed by
+/// [`Quantize::quantize`](super::Quantize::quantize) or [`Qwen::map_weights`].
 #[derive(Module, Clone, Debug)]
 pub struct Qwen<D: Device = Host, W: Weights = Dense> {
     /// Token embeddings.
@@ -358,59 +359,6 @@ impl Qwen {
                 .then(|| linear(hidden, config.vocab_size, false, init.at("lm_head"))),
             config: config.clone(),
         }
-    }
-
-    /// This model with every projection and the head quantized to MLX affine `bits`-bit values
-    /// in groups of `group_size` (as `mlx.nn.quantize` does; the embedding, a tied head and the
-    /// norms stay as they are).
-    ///
-    /// # Errors
-    /// As [`QuantizedLinear::from_linear`](crate::quant::QuantizedLinear::from_linear): an
-    /// unsupported width or group, or a width not a multiple of the group.
-    pub fn quantize(&self, bits: u32, group_size: usize) -> crate::Result<Qwen<Host, Affine>> {
-        self.map_weights(|_, linear| crate::quant::QuantizedLinear::from_linear(linear, bits, group_size))
-    }
-}
-
-impl<W: Weights> Qwen<Host, W> {
-    /// This model with every projection and the head turned into the layers of `V` by
-    /// `convert`, which is given each one's model path (`layers.0.attn.q`, `layers.0.mlp.down`,
-    /// `lm_head`) and the layer. The embedding, norms and configuration are cloned.
-    ///
-    /// # Errors
-    /// The first error of `convert`.
-    pub fn map_weights<V: Weights>(
-        &self,
-        convert: impl Fn(&str, &W::Layer<Host>) -> crate::Result<V::Layer<Host>>,
-    ) -> crate::Result<Qwen<Host, V>> {
-        let layers = self
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(index, layer)| {
-                let (attn, path) = (&layer.attn, format!("layers.{index}"));
-                Ok(Layer {
-                    attn_norm: layer.attn_norm.clone(),
-                    attn: Attention {
-                        q: convert(&format!("{path}.attn.q"), &attn.q)?,
-                        k: convert(&format!("{path}.attn.k"), &attn.k)?,
-                        v: convert(&format!("{path}.attn.v"), &attn.v)?,
-                        o: convert(&format!("{path}.attn.o"), &attn.o)?,
-                        q_norm: attn.q_norm.clone(),
-                        k_norm: attn.k_norm.clone(),
-                    },
-                    mlp_norm: layer.mlp_norm.clone(),
-                    mlp: layer.mlp.map(&format!("{path}.mlp"), &convert)?,
-                })
-            })
-            .collect::<crate::Result<Vec<_>>>()?;
-        Ok(Qwen {
-            embed: self.embed.clone(),
-            layers,
-            norm: self.norm.clone(),
-            lm_head: self.lm_head.as_ref().map(|head| convert("lm_head", head)).transpose()?,
-            config: self.config.clone(),
-        })
     }
 }
 
@@ -526,6 +474,30 @@ mod tests {
             "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn map_weights_names_each_projection_by_its_model_path() {
+        let mut untied = config("qwen3");
+        untied.tie_word_embeddings = false;
+        let model = Qwen::new(&untied, DType::F32, Init::Meta);
+        let paths = std::cell::RefCell::new(Vec::new());
+        let same = model
+            .map_weights::<Dense>(|path, layer| {
+                paths.borrow_mut().push(path.to_string());
+                Ok(layer.clone())
+            })
+            .unwrap();
+        let expected: Vec<String> = (0..2)
+            .flat_map(|layer| {
+                ["attn.q", "attn.k", "attn.v", "attn.o", "mlp.gate", "mlp.up", "mlp.down"]
+                    .map(|projection| format!("layers.{layer}.{projection}"))
+            })
+            .chain(["lm_head".to_string()])
+            .collect();
+        assert_eq!(paths.into_inner(), expected);
+        assert!(same.layers[1].attn.q_norm.is_some());
+        assert_eq!(same.config, model.config);
     }
 
     #[test]

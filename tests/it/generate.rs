@@ -7,7 +7,7 @@ use std::process::Command;
 use nnx::generate::{FinishReason, Generation, GenerationConfig, Generator, KvCache, Sampling, TextStream, Tokenizer};
 use nnx::models::gpt2::{Gpt2, Gpt2Config};
 use nnx::models::llama::{Llama, LlamaConfig};
-use nnx::models::{CausalLm, Dense};
+use nnx::models::{CausalLm, Dense, Quantize};
 use nnx::nn::Init;
 
 use nnx::{Archive, DType, Module};

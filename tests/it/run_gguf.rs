@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use nnx::models::CausalLm;
+use nnx::models::{CausalLm, Quantize};
 use serde_json::Value;
 
 use crate::util::{fixtures, floats, ids, max_abs_diff};
