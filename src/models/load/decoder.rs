@@ -4,29 +4,24 @@
 //! on a GPU.
 
 use nnx_core::quant::ggml::GgmlLinear;
-use nnx_core::quant::{QuantizedLinear, SeedLinear};
 
 use super::super::gemma3::Gemma3;
 use super::super::llama::Llama;
 use super::super::lora::Lora;
 use super::super::qwen::Qwen;
-use super::super::{Affine, CausalLm, Ggml, Seed, TokenEmbedding};
+use super::super::{Affine, CausalLm, Dense, Ggml, MapWeights, Seed, TokenEmbedding};
 use super::Files;
 use super::device::{HostTarget, Target, attach_to, ggml_meta, pack_embedding};
 use super::folder::Kind;
-use crate::nn::Linear;
 use crate::{Archive, Device, Host, ImportOptions, Module, Result};
 
-/// A decoder's model type (Llama, Qwen, Gemma 3) as the loader builds it: its dense meta model
-/// (`Self`), its forms over ggml blocks, MLX affine and SEED layers, and how it takes a GGUF
-/// file's embedding, rotary rows, head and run-time adapters.
+/// What differs between the decoders' model types (Llama, Qwen, Gemma 3) as the loader builds
+/// them: the dense meta model is `Self`, its ggml form `Ggml<D>`; where a GGUF file's embedding,
+/// rotary rows, head and run-time adapters go. Their forms over other weight kinds come from the
+/// derive's [`MapWeights`].
 pub(super) trait Decoder: Module + Sized + 'static {
     /// The model over ggml blocks on `D`.
     type Ggml<D: Device>;
-    /// The model over MLX affine layers, on the host.
-    type Affine: Module;
-    /// The model over SEED layers, on the host.
-    type Seed: Module;
 
     /// The token embedding.
     fn embed(&mut self) -> &mut TokenEmbedding;
@@ -36,15 +31,6 @@ pub(super) trait Decoder: Module + Sized + 'static {
     fn keep_stored_rope_rows(&mut self) -> bool {
         false
     }
-
-    /// The model with each projection converted by `convert`, given its model path.
-    fn ggml(&self, convert: impl Fn(&str, &Linear) -> Result<GgmlLinear>) -> Result<Self::Ggml<Host>>;
-
-    /// The model over MLX affine layers.
-    fn affine(&self, convert: &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<Self::Affine>;
-
-    /// The model over SEED layers.
-    fn seed(&self, convert: &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<Self::Seed>;
 
     /// The output projection of the ggml form (`None`: tied to the embedding).
     fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>>;
@@ -57,10 +43,25 @@ pub(super) trait Decoder: Module + Sized + 'static {
     ) -> Result<Box<dyn CausalLm<Device = Host>>>;
 }
 
+/// `model` (a decoder over ggml blocks) with `adapters` beside its projections, each a
+/// [`Lora`] over the block layer; `stored_rope_rows` says whether its q and k keep the file's
+/// rotary row order, which the adapters' rows then follow.
+fn attach_lora<M>(
+    model: M,
+    adapters: &[(crate::adapter::Adapter, f32)],
+    metadata: &crate::gguf::Metadata,
+    stored_rope_rows: bool,
+) -> Result<Box<dyn CausalLm<Device = Host>>>
+where
+    M: Module + MapWeights<Ggml, Lora<Ggml>>,
+    M::Mapped: CausalLm<Device = Host> + 'static,
+{
+    let layers = attach_to(&model, adapters, metadata, stored_rope_rows)?;
+    Ok(Box::new(model.map_weights_at("", &|path, layer| Ok(layers.layer(path, layer)))?))
+}
+
 impl Decoder for Llama {
     type Ggml<D: Device> = Llama<D, Ggml>;
-    type Affine = Llama<Host, Affine>;
-    type Seed = Llama<Host, Seed>;
 
     fn embed(&mut self) -> &mut TokenEmbedding {
         &mut self.embed
@@ -71,18 +72,6 @@ impl Decoder for Llama {
         true
     }
 
-    fn ggml(&self, convert: impl Fn(&str, &Linear) -> Result<GgmlLinear>) -> Result<Self::Ggml<Host>> {
-        self.map_weights::<Ggml>(convert)
-    }
-
-    fn affine(&self, convert: &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<Self::Affine> {
-        self.map_weights::<Affine>(convert)
-    }
-
-    fn seed(&self, convert: &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<Self::Seed> {
-        self.map_weights::<Seed>(convert)
-    }
-
     fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
         &mut model.lm_head
     }
@@ -92,30 +81,16 @@ impl Decoder for Llama {
         adapters: &[(crate::adapter::Adapter, f32)],
         metadata: &crate::gguf::Metadata,
     ) -> Result<Box<dyn CausalLm<Device = Host>>> {
-        let layers = attach_to(&model, adapters, metadata, model.stored_rope_rows)?;
-        Ok(Box::new(model.map_weights::<Lora<Ggml>>(|path, layer| Ok(layers.layer(path, layer)))?))
+        let stored = model.stored_rope_rows;
+        attach_lora(model, adapters, metadata, stored)
     }
 }
 
 impl Decoder for Qwen {
     type Ggml<D: Device> = Qwen<D, Ggml>;
-    type Affine = Qwen<Host, Affine>;
-    type Seed = Qwen<Host, Seed>;
 
     fn embed(&mut self) -> &mut TokenEmbedding {
         &mut self.embed
-    }
-
-    fn ggml(&self, convert: impl Fn(&str, &Linear) -> Result<GgmlLinear>) -> Result<Self::Ggml<Host>> {
-        self.map_weights::<Ggml>(convert)
-    }
-
-    fn affine(&self, convert: &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<Self::Affine> {
-        self.map_weights::<Affine>(convert)
-    }
-
-    fn seed(&self, convert: &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<Self::Seed> {
-        self.map_weights::<Seed>(convert)
     }
 
     fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
@@ -127,30 +102,15 @@ impl Decoder for Qwen {
         adapters: &[(crate::adapter::Adapter, f32)],
         metadata: &crate::gguf::Metadata,
     ) -> Result<Box<dyn CausalLm<Device = Host>>> {
-        let layers = attach_to(&model, adapters, metadata, false)?;
-        Ok(Box::new(model.map_weights::<Lora<Ggml>>(|path, layer| Ok(layers.layer(path, layer)))?))
+        attach_lora(model, adapters, metadata, false)
     }
 }
 
 impl Decoder for Gemma3 {
     type Ggml<D: Device> = Gemma3<D, Ggml>;
-    type Affine = Gemma3<Host, Affine>;
-    type Seed = Gemma3<Host, Seed>;
 
     fn embed(&mut self) -> &mut TokenEmbedding {
         &mut self.embed
-    }
-
-    fn ggml(&self, convert: impl Fn(&str, &Linear) -> Result<GgmlLinear>) -> Result<Self::Ggml<Host>> {
-        self.map_weights::<Ggml>(convert)
-    }
-
-    fn affine(&self, convert: &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<Self::Affine> {
-        self.map_weights::<Affine>(convert)
-    }
-
-    fn seed(&self, convert: &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<Self::Seed> {
-        self.map_weights::<Seed>(convert)
     }
 
     fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
@@ -162,10 +122,15 @@ impl Decoder for Gemma3 {
         adapters: &[(crate::adapter::Adapter, f32)],
         metadata: &crate::gguf::Metadata,
     ) -> Result<Box<dyn CausalLm<Device = Host>>> {
-        let layers = attach_to(&model, adapters, metadata, false)?;
-        Ok(Box::new(model.map_weights::<Lora<Ggml>>(|path, layer| Ok(layers.layer(path, layer)))?))
+        attach_lora(model, adapters, metadata, false)
     }
 }
+
+/// A decoder over MLX affine layers, on the host.
+type AffineForm<M> = <M as MapWeights<Dense, Affine>>::Mapped;
+
+/// A decoder over SEED layers, on the host.
+type SeedForm<M> = <M as MapWeights<Dense, Seed>>::Mapped;
 
 /// A decoder's loading steps onto the device of `T`, written once: implemented for every
 /// [`Decoder`] whose forms place on that device, so that a boxed decoder loads on either.
@@ -182,14 +147,15 @@ impl<M, D, T> LoadsOn<D, T> for M
 where
     D: Device,
     T: Target<D>,
-    M: Decoder + crate::Place<D>,
+    M: Decoder + crate::Place<D> + MapWeights<Dense, Ggml, Mapped = M::Ggml<Host>>,
+    M: MapWeights<Dense, Affine> + MapWeights<Dense, Seed>,
     M::Placed: Module<D> + CausalLm<Device = D> + 'static,
     M::Ggml<Host>: Module + crate::Place<D, Placed = M::Ggml<D>>,
     M::Ggml<D>: Module<D> + CausalLm<Device = D> + 'static,
-    M::Affine: crate::Place<D>,
-    <M::Affine as crate::Place<D>>::Placed: Module<D> + CausalLm<Device = D> + 'static,
-    M::Seed: crate::Place<D>,
-    <M::Seed as crate::Place<D>>::Placed: Module<D> + CausalLm<Device = D> + 'static,
+    AffineForm<M>: Module + crate::Place<D>,
+    <AffineForm<M> as crate::Place<D>>::Placed: Module<D> + CausalLm<Device = D> + 'static,
+    SeedForm<M>: Module + crate::Place<D>,
+    <SeedForm<M> as crate::Place<D>>::Placed: Module<D> + CausalLm<Device = D> + 'static,
     GgmlLinear: crate::Place<D, Placed = GgmlLinear<D>>,
 {
     fn gguf(self: Box<Self>, files: &Files, target: &T) -> Result<Box<dyn CausalLm<Device = D>>> {
@@ -200,12 +166,18 @@ where
             true => ImportOptions::default().with_stored_rope_rows(),
             false => ImportOptions::default(),
         };
-        let ggml = dense.ggml(ggml_meta(archive, &dense)?)?;
+        let ggml = MapWeights::<Dense, Ggml>::map_weights_at(&dense, "", &ggml_meta(archive, &dense)?)?;
         target.finish_ggml::<M>(ggml, archive, &options, &files.adapters)
     }
 
     fn folder(self: Box<Self>, files: &Files, kind: Kind, target: &T) -> Result<Box<dyn CausalLm<Device = D>>> {
-        files.assemble(*self, kind, target, |dense, f| dense.affine(f), |dense, f| dense.seed(f))
+        files.assemble(
+            *self,
+            kind,
+            target,
+            |dense, f| MapWeights::<Dense, Affine>::map_weights_at(dense, "", f),
+            |dense, f| MapWeights::<Dense, Seed>::map_weights_at(dense, "", f),
+        )
     }
 }
 
@@ -244,13 +216,23 @@ pub(super) trait DecoderModel: LoadsOn<Host, HostTarget> + OnGpu {
     ) -> Result<crate::adapter::Adapter>;
 }
 
-impl<M: Decoder + LoadsOn<Host, HostTarget> + OnGpu> DecoderModel for M {
+impl<M> DecoderModel for M
+where
+    M: Decoder + LoadsOn<Host, HostTarget> + OnGpu + MapWeights<Dense, Affine> + MapWeights<Dense, Seed>,
+    AffineForm<M>: Module,
+    SeedForm<M>: Module,
+{
     fn plan_dense(&self, archive: &Archive) -> Result<crate::ImportPlan> {
         archive.import_plan(self, "")
     }
 
     fn plan_folder(&self, files: &Files, kind: Kind) -> Result<crate::ImportPlan> {
-        files.plan_folder(self, kind, |dense, f| dense.affine(f), |dense, f| dense.seed(f))
+        files.plan_folder(
+            self,
+            kind,
+            |dense, f| MapWeights::<Dense, Affine>::map_weights_at(dense, "", f),
+            |dense, f| MapWeights::<Dense, Seed>::map_weights_at(dense, "", f),
+        )
     }
 
     fn adapter_layout(&self, adapter: &crate::adapter::Adapter) -> crate::adapter::Adapter {
