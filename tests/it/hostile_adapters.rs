@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::hostile_files::{stored_zip, string};
+use crate::hostile_files::stride_zero_checkpoint;
 use crate::util::{Bounded, fixtures, run_nnx_bounded, scratch, text};
 
 /// The address space each run may use.
@@ -105,28 +105,6 @@ fn hostile_adapters_factors_for_a_huge_product_are_refused() {
     assert!(ran.peak_memory < 1 << 30, "{} bytes", ran.peak_memory);
 }
 
-/// A `torch.save` zip whose one tensor `name` views a storage of one F32 element with shape
-/// `[2^33]` and stride 0.
-fn stride_zero_checkpoint(name: &str) -> Vec<u8> {
-    let mut pickle = b"\x80\x02}".to_vec();
-    pickle.extend(string(name));
-    pickle.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n(");
-    pickle.push(b'(');
-    pickle.extend(string("storage"));
-    pickle.extend_from_slice(b"ctorch\nFloatStorage\n");
-    pickle.extend(string("0"));
-    pickle.extend(string("cpu"));
-    pickle.extend_from_slice(b"K\x01tQ");
-    // Offset 0, shape (2^33,), stride (0,), no grad, no hooks.
-    pickle.extend_from_slice(b"K\x00\x8a\x05\x00\x00\x00\x00\x02\x85K\x00\x85\x89ccollections\nOrderedDict\n)R");
-    pickle.extend_from_slice(b"tRs.");
-    stored_zip(&[
-        ("archive/data.pkl", &pickle),
-        ("archive/byteorder", b"little"),
-        ("archive/data/0", &1.0f32.to_le_bytes()),
-    ])
-}
-
 #[test]
 fn hostile_adapters_a_stride_zero_factor_is_refused() {
     let dir = scratch();
@@ -190,6 +168,19 @@ fn hostile_adapters_scales_past_f32_and_rank_zero_are_refused() {
     }
 }
 
+/// A copy of the base folder's files in `dir/base`, to put links beside.
+#[cfg(unix)]
+fn base_copy(dir: &Path) -> PathBuf {
+    let folder = dir.join("base");
+    std::fs::create_dir_all(&folder).unwrap();
+    for name in
+        ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    {
+        std::fs::copy(base().join(name), folder.join(name)).unwrap();
+    }
+    folder
+}
+
 #[cfg(unix)]
 #[test]
 fn hostile_adapters_a_link_out_of_the_base_folder_is_not_copied() {
@@ -197,13 +188,7 @@ fn hostile_adapters_a_link_out_of_the_base_folder_is_not_copied() {
     let secret = elsewhere.path().join("secret.txt");
     std::fs::write(&secret, "not the model's").unwrap();
     let dir = scratch();
-    let folder = dir.path().join("base");
-    std::fs::create_dir_all(&folder).unwrap();
-    for name in
-        ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
-    {
-        std::fs::copy(base().join(name), folder.join(name)).unwrap();
-    }
+    let folder = base_copy(dir.path());
     std::os::unix::fs::symlink(&secret, folder.join("notes.txt")).unwrap();
     let adapter = peft(dir.path(), "adapter", &config(serde_json::json!({})), &fitting_factors());
     let out = dir.path().join("merged");
@@ -237,13 +222,7 @@ fn hostile_adapters_a_link_out_of_the_base_folder_is_not_copied() {
 #[test]
 fn hostile_adapters_a_relative_link_inside_the_base_folder_stays_a_link() {
     let dir = scratch();
-    let folder = dir.path().join("base");
-    std::fs::create_dir_all(&folder).unwrap();
-    for name in
-        ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
-    {
-        std::fs::copy(base().join(name), folder.join(name)).unwrap();
-    }
+    let folder = base_copy(dir.path());
     std::os::unix::fs::symlink("tokenizer_config.json", folder.join("alias.json")).unwrap();
     let adapter = peft(dir.path(), "adapter", &config(serde_json::json!({})), &fitting_factors());
     let out = dir.path().join("merged");

@@ -97,11 +97,11 @@ pub(crate) fn string(text: &str) -> Vec<u8> {
     bytes
 }
 
-/// A `torch.save` zip whose one tensor `w` views a storage of one F32 element with shape
-/// `[2^33]` and stride 0: 632 bytes that describe 32 GiB.
-pub(crate) fn stride_zero_checkpoint() -> Vec<u8> {
+/// A `torch.save` zip whose one tensor `name` views a storage of one F32 element with shape
+/// `[2^33]` and stride 0: about 630 bytes that describe 32 GiB.
+pub(crate) fn stride_zero_checkpoint(name: &str) -> Vec<u8> {
     let mut pickle = b"\x80\x02}".to_vec();
-    pickle.extend(string("w"));
+    pickle.extend(string(name));
     pickle.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n(");
     // The persistent id ('storage', FloatStorage, '0', 'cpu', 1).
     pickle.push(b'(');
@@ -228,7 +228,7 @@ fn hostile_files_safetensors_metadata_of_millions_of_entries_is_refused() {
 #[test]
 fn hostile_files_a_stride_zero_view_is_inspected_but_not_converted() {
     let dir = scratch();
-    let bytes = stride_zero_checkpoint();
+    let bytes = stride_zero_checkpoint("w");
     let path = write(dir.path(), "bomb.pt", &bytes);
     let out = dir.path().join("out.safetensors");
 

@@ -128,7 +128,7 @@ fn llama_config(layers: usize) -> String {
 #[test]
 fn hostile_views_stats_of_a_stride_zero_view_count_its_repeats_without_materializing() {
     let dir = scratch();
-    let path = write(dir.path(), "bomb.pt", &stride_zero_checkpoint());
+    let path = write(dir.path(), "bomb.pt", &stride_zero_checkpoint("w"));
 
     let table = run("stride-0 stats", &["stats", text(&path)]);
     assert_ok(&table, "stats");
@@ -321,7 +321,7 @@ fn hostile_views_convert_of_a_folder_with_a_stride_zero_view_to_gguf_is_refused(
 #[test]
 fn hostile_views_convert_of_a_stride_zero_view_to_gguf_and_diff_are_refused() {
     let dir = scratch();
-    let path = write(dir.path(), "bomb.pt", &stride_zero_checkpoint());
+    let path = write(dir.path(), "bomb.pt", &stride_zero_checkpoint("w"));
     let out = dir.path().join("out.gguf");
     for ty in ["f16", "f32", "q8_0"] {
         let refused =
@@ -330,7 +330,7 @@ fn hostile_views_convert_of_a_stride_zero_view_to_gguf_and_diff_are_refused() {
         assert!(refused.stderr.contains("`w`") && refused.stderr.contains("34359738368 bytes"), "{}", refused.stderr);
         assert!(!out.exists());
     }
-    let other = write(dir.path(), "other.pt", &stride_zero_checkpoint());
+    let other = write(dir.path(), "other.pt", &stride_zero_checkpoint("w"));
     // `diff` exits 2 on error, as `diff` does; otherwise its refusal is every command's.
     for args in [vec!["diff"], vec!["diff", "--json"]] {
         let mut args = args;
