@@ -31,7 +31,7 @@ pub use write::{GgufWriter, shard_file_name};
 use crate::archive::{Archive, EntryLocation};
 use crate::error::{Error, GgufProblem, Result};
 use crate::mapping::Mapping;
-use crate::source::{DataError, Source};
+use crate::source::{DataError, Source, Store};
 
 /// The GGUF format version nnx writes.
 pub const VERSION: u32 = 3;
@@ -333,17 +333,30 @@ pub(crate) fn open(paths: &[PathBuf]) -> Result<Archive> {
             return Err(missing_shard(path, paths.len()));
         }
         let file = GgufFile::open(path)?;
-        check_split(path, &file.header.metadata, index, paths.len())?;
-        let mut part = Archive::named(path, BTreeMap::new());
-        for (at, info) in file.header.tensors.iter().enumerate() {
-            part.push(info.name.clone(), file.clone(), at);
-        }
+        parts.push(shard_part(path, &file.header, file.clone(), index, paths.len())?);
         if index == 0 {
             first_metadata = Some(file.header.metadata.clone());
         }
-        parts.push(part);
     }
     join_split(parts, first_metadata.unwrap_or_default())
+}
+
+/// Shard `index` of a set of `count` (`path`, local or remote, with its `header`) as a part of
+/// the set's archive, checked against its place in the set: every tensor of the header, read
+/// from `store`.
+pub(crate) fn shard_part(
+    path: &Path,
+    header: &header::Header,
+    store: Arc<dyn Store>,
+    index: usize,
+    count: usize,
+) -> Result<Archive> {
+    check_split(path, &header.metadata, index, count)?;
+    let mut part = Archive::named(path, BTreeMap::new());
+    for (at, info) in header.tensors.iter().enumerate() {
+        part.push(info.name.clone(), store.clone(), at);
+    }
+    Ok(part)
 }
 
 /// The archive of the parts of a GGUF set (one part for a single file) with `metadata`, the

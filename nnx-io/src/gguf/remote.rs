@@ -4,7 +4,6 @@
 //! (`NAME-00001-of-00003.gguf`) found beside the one named.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +13,7 @@ use nnx_core::{DType, Tensor};
 use object_store::path::Path as ObjectPath;
 
 use super::header::{self, Header};
-use super::{check_split, decode, join_split, missing_shard, plain_dtype, split_names};
+use super::{decode, join_split, missing_shard, plain_dtype, shard_part, split_names};
 use crate::archive::{Archive, EntryLocation};
 use crate::error::{Error, GgufProblem, RemoteProblem, Result};
 use crate::remote::{Client, fetch_bytes, fetch_entry};
@@ -180,15 +179,10 @@ pub(crate) fn open(client: Arc<Client>, path: ObjectPath) -> Result<Archive> {
             }
             other => other,
         })?;
-        check_split(&file.url, &file.header.metadata, index, paths.len())?;
-        let mut part = Archive::named(&file.url, BTreeMap::new());
-        for (at, info) in file.header.tensors.iter().enumerate() {
-            part.push(info.name.clone(), file.clone(), at);
-        }
+        parts.push(shard_part(&file.url, &file.header, file.clone(), index, paths.len())?);
         if index == 0 {
             first_metadata = Some(file.header.metadata.clone());
         }
-        parts.push(part);
     }
     join_split(parts, first_metadata.unwrap_or_default())
 }
