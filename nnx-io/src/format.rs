@@ -39,15 +39,14 @@ pub(crate) fn open(path: &Path) -> Result<Archive> {
         return Archive::open_remote(url, &crate::remote::RemoteOptions::default());
     }
     #[cfg(not(feature = "remote"))]
-    if let Some((scheme, rest)) = path.to_str().and_then(|text| text.split_once("://"))
-        && ["s3", "gs", "gcs", "az", "azure", "http", "https"].contains(&scheme.to_ascii_lowercase().as_str())
+    if let Some(text) = path.to_str()
+        && text.split_once("://").is_some_and(|(scheme, _)| {
+            ["s3", "gs", "gcs", "az", "azure", "http", "https"].contains(&scheme.to_ascii_lowercase().as_str())
+        })
     {
         // Without the feature, `s3://...` would be looked for as a local folder named `s3:`.
         // The location is named without credentials or a query (a presigned URL's signature).
-        let rest = rest.split(['?', '#']).next().unwrap_or_default();
-        let (authority, object) = rest.split_once('/').unwrap_or((rest, ""));
-        let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-        let url = format!("{scheme}://{host}/{object}");
+        let url = nnx_core::text::redact_url(text);
         return Err(Error::Remote { url, problem: nnx_core::error::RemoteProblem::NotBuilt });
     }
     build(detect(path)?)
