@@ -8,6 +8,7 @@ use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use crate::http_support::answer;
 use crate::loopback::{LIFETIME, Request, Server};
 use crate::util::{Bounded, run_nnx_bounded};
 
@@ -22,19 +23,6 @@ const PEAK_LIMIT: u64 = 512 << 20;
 
 /// 2^50 bytes: a petabyte, as a `Content-Length`.
 const PETABYTE: u64 = 1 << 50;
-
-/// Writes a status line, `headers` and `body`.
-fn answer(stream: &mut TcpStream, status: &str, headers: &[String], body: &[u8]) -> std::io::Result<()> {
-    let mut text = format!("HTTP/1.1 {status}\r\n");
-    for header in headers {
-        text.push_str(header);
-        text.push_str("\r\n");
-    }
-    text.push_str("\r\n");
-    stream.write_all(text.as_bytes())?;
-    stream.write_all(body)?;
-    stream.flush()
-}
 
 /// Writes zeros, 64 KiB at a time, until `total` are written or the client hangs up: a flood
 /// sent lazily, never held.

@@ -89,6 +89,19 @@ impl From<io::Error> for ReadError {
     }
 }
 
+/// Writes a response: the status line, `headers` (each `Name: value`) and `body`.
+pub fn answer(stream: &mut impl Write, status: &str, headers: &[String], body: &[u8]) -> io::Result<()> {
+    let mut head = format!("HTTP/1.1 {status}\r\n");
+    for header in headers {
+        head.push_str(header);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    stream.flush()
+}
+
 /// Reads one line of at most `budget` bytes (which it decreases), without its line ending.
 /// `Ok(None)` on end of stream before any byte.
 pub fn read_line(reader: &mut impl BufRead, budget: &mut usize) -> Result<Option<String>, ReadError> {

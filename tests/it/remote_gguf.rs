@@ -5,8 +5,6 @@
 //! set is found beside the shard named.
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +14,7 @@ use nnx::gguf::GgufWriter;
 use nnx::remote::{RangeCache, RemoteOptions};
 use nnx::{Archive, DType, Error, Tensor};
 
+use crate::http_support::answer;
 use crate::hub_server::{Access, FakeHub};
 use crate::loopback::{Request, Server};
 use crate::util::{fixtures, run_nnx, scratch};
@@ -52,19 +51,6 @@ fn large_gguf(path: &Path) {
     let values: Vec<f32> = (0..rows * columns).map(|i| (i % 997) as f32 / 997.0).collect();
     writer.add_tensor("filler.weight", &Tensor::from_vec(values, &[rows, columns]).unwrap()).unwrap();
     writer.write(path).unwrap();
-}
-
-/// Writes a status line, `headers` and `body`.
-fn answer(stream: &mut TcpStream, status: &str, headers: &[String], body: &[u8]) -> std::io::Result<()> {
-    let mut head = format!("HTTP/1.1 {status}\r\n");
-    for header in headers {
-        head.push_str(header);
-        head.push_str("\r\n");
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    stream.flush()
 }
 
 /// Serves `files` (by path, without the leading `/`) as a static file server does: `HEAD`,
