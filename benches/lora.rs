@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use nnx::adapter::{Adapter, AdapterFormat, LoraKind, LoraModule};
 use nnx::models::CausalLm;
-use nnx::models::llama::{Llama, LlamaConfig};
+use nnx::models::llama::{DecoderConfig, Llama, LlamaConfig};
 use nnx::models::lora::{Lora, LoraLayers};
 use nnx::models::{Dense, Weights};
 use nnx::nn::Init;

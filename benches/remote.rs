@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nnx::models::TokenEmbedding;
-use nnx::models::llama::{Llama, LlamaConfig};
+use nnx::models::llama::{DecoderConfig, Llama, LlamaConfig};
 use nnx::nn::{Init, Linear};
 use nnx::remote::RemoteOptions;
 use nnx::{Archive, DType, ImportOptions, SaveOptions, TensorParallel};

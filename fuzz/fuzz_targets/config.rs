@@ -7,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 use nnx::models::bert::{Bert, BertConfig};
 use nnx::models::gpt2::{Gpt2, Gpt2Config};
-use nnx::models::llama::{Llama, LlamaConfig};
+use nnx::models::llama::{DecoderConfig, Llama, LlamaConfig};
 use nnx::nn::Init;
 use nnx::quantized::QuantizationConfig;
 use nnx::{DType, Module};

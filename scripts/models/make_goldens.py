@@ -228,6 +228,14 @@ def case_configs(tok_ids):
         "llama3-wide": ("llama3", transformers.LlamaConfig, transformers.LlamaForCausalLM,
                         dict(COMMON, hidden_size=256, intermediate_size=512, head_dim=64,
                              rope_parameters=llama3_rope, tie_word_embeddings=False)),
+        # Qwen3-MoE: 8 experts, 2 per token, weights renormalized (as Qwen3-30B-A3B); every layer
+        # sparse, as llama.cpp runs every qwen3moe layer.
+        "qwen3moe": ("qwen", transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM,
+                     dict(COMMON, head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                          rms_norm_eps=1e-6, tie_word_embeddings=False, use_sliding_window=False,
+                          sliding_window=None, attention_bias=False, num_experts=8, num_experts_per_tok=2,
+                          moe_intermediate_size=48, norm_topk_prob=True, decoder_sparse_step=1,
+                          mlp_only_layers=[])),
     }
 
 
@@ -251,7 +259,8 @@ def randomize(model, seed, gemma):
             # decoding just repeats the last token.
             v = (0.05 if gemma else 0.3) * n
         else:
-            v = 1.5 / math.sqrt(p.shape[1]) * n
+            # Fan-in: the last axis (a stack of experts is [experts, out, in]).
+            v = 1.5 / math.sqrt(p.shape[-1]) * n
         p.copy_(v)
 
 

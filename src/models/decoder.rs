@@ -5,34 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use super::llama::RopeParameters;
 use super::{Dense, Weights};
 use crate::generate::KvCache;
 use crate::gguf::Metadata;
 use crate::nn::RmsNorm;
 use crate::{Compute, Device, Host, Module, Tensor};
-
-/// The checks every decoder configuration (Llama, Qwen, Gemma 3) shares: sizes at least 1, the
-/// key/value heads dividing the query heads, an even head width of at most [`MAX_HEAD_DIM`], a
-/// bounded layer count and context, addressable weights, finite positive rotary bases and a
-/// finite epsilon, so that nothing is ever sized from a value that cannot make a model.
-pub(crate) struct Shape<'a> {
-    pub(crate) hidden: usize,
-    pub(crate) inner: usize,
-    pub(crate) layers: usize,
-    pub(crate) heads: usize,
-    pub(crate) kv_heads: Option<usize>,
-    pub(crate) head_dim: Option<usize>,
-    pub(crate) vocab: usize,
-    /// Hidden-sized vectors per layer (norms, biases) the weights bound counts.
-    pub(crate) vectors: usize,
-    /// `max_position_embeddings`, when the file gives it.
-    pub(crate) context: Option<usize>,
-    /// The RMSNorm epsilon.
-    pub(crate) eps: f32,
-    /// Each rotary base with the field that gives it.
-    pub(crate) thetas: &'a [(&'static str, f32)],
-}
 
 /// The widest attention head a configuration may ask for. Published models use 64 to 256 (a
 /// few 512); a width past this is a damaged file, and rotary tables are sized from it.
@@ -42,101 +19,13 @@ pub(crate) const MAX_HEAD_DIM: usize = 1 << 16;
 /// million positions; caches are sized from it.
 pub(crate) const MAX_CONTEXT: usize = 1 << 26;
 
-impl Shape<'_> {
-    pub(crate) fn check(&self, checks: &super::Checks<'_>) -> crate::Result<()> {
-        checks.positive("vocab_size", self.vocab)?;
-        checks.positive("hidden_size", self.hidden)?;
-        checks.positive("intermediate_size", self.inner)?;
-        checks.positive("num_attention_heads", self.heads)?;
-        if let Some(kv_heads) = self.kv_heads {
-            checks.positive("num_key_value_heads", kv_heads)?;
-            checks.divides("num_key_value_heads", kv_heads, ("num_attention_heads", self.heads))?;
-        }
-        let head_dim = match self.head_dim {
-            Some(head_dim) => {
-                checks.positive("head_dim", head_dim)?;
-                checks.even("head_dim", head_dim, "rotary position embeddings turn pairs of values")?;
-                checks.at_most("head_dim", head_dim, MAX_HEAD_DIM)?;
-                head_dim
-            }
-            None => {
-                checks.divides("num_attention_heads", self.heads, ("hidden_size", self.hidden))?;
-                checks.even(
-                    "hidden_size / num_attention_heads",
-                    self.hidden / self.heads,
-                    "rotary position embeddings turn pairs of values",
-                )?;
-                checks.at_most("hidden_size / num_attention_heads", self.hidden / self.heads, MAX_HEAD_DIM)?;
-                self.hidden / self.heads
-            }
-        };
-        checks.at_most("num_hidden_layers", self.layers, super::MAX_LAYERS)?;
-        if let Some(context) = self.context {
-            checks.positive("max_position_embeddings", context)?;
-            checks.at_most("max_position_embeddings", context, MAX_CONTEXT)?;
-        }
-        checks.finite_non_negative("rms_norm_eps", self.eps)?;
-        for &(field, theta) in self.thetas {
-            checks.finite_positive(field, theta)?;
-        }
-        let kv_heads = self.kv_heads.unwrap_or(self.heads);
-        checks.addressable(
-            &[("num_attention_heads", self.heads), ("head_dim", head_dim)],
-            1,
-            &[&[self.heads, head_dim]],
-            &[],
-        )?;
-        checks.addressable(
-            &[
-                ("vocab_size", self.vocab),
-                ("hidden_size", self.hidden),
-                ("intermediate_size", self.inner),
-                ("num_attention_heads", self.heads),
-                ("head_dim", head_dim),
-            ],
-            self.layers,
-            &[
-                &[2, self.hidden, self.heads, head_dim],
-                &[2, self.hidden, kv_heads, head_dim],
-                &[3, self.hidden, self.inner],
-                &[self.vectors, self.hidden],
-            ],
-            &[&[2, self.vocab, self.hidden], &[1, self.hidden]],
-        )
-    }
-}
-
 /// A configuration that is not the model's: [`crate::Error::Config`] naming `path`.
 pub(crate) fn unusable(path: &Path, message: String) -> crate::Error {
     crate::Error::Config { path: path.to_path_buf(), problem: crate::error::ConfigProblem::NotModelConfig { message } }
 }
 
-/// The factor of a linear rope scaling given by `settings`, or `None` for the default rotary
-/// embedding; `field` names the object in errors.
-///
-/// # Errors
-/// [`crate::Error::Config`] for another rope type (nnx computes `default` and `linear`),
-/// [`crate::Error::ConfigNumber`] for a factor that is not a finite positive number.
-pub(crate) fn linear_rope_factor(settings: &RopeParameters, field: &str, path: &Path) -> crate::Result<Option<f32>> {
-    match settings.scaling().unwrap_or("default") {
-        "default" => Ok(None),
-        "linear" => {
-            let factor = settings.factor.unwrap_or(1.0);
-            super::Checks::new(path).finite_positive(&format!("{field}.factor"), factor)?;
-            Ok(Some(factor as f32))
-        }
-        other => Err(unusable(
-            path,
-            format!(
-                "`{field}` asks for `{other}` rotary embeddings; nnx computes the `default` and `linear` ones: \
-                 remove the scaling to run the model at its original context length"
-            ),
-        )),
-    }
-}
-
-/// The rotary embedding of a group of layers: its base and, for linear scaling, the factor
-/// every frequency is divided by.
+/// The rotary embedding of a group of layers: its base and, when it scales, the divisor of
+/// each frequency.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Rotary {
     pub(crate) theta: f32,
@@ -144,11 +33,6 @@ pub(crate) struct Rotary {
 }
 
 impl Rotary {
-    /// The base `theta` with every frequency of a `head_dim`-wide head divided by `factor`.
-    pub(crate) fn new(theta: f32, factor: Option<f32>, head_dim: usize) -> Rotary {
-        Rotary { theta, factors: factor.map(|factor| vec![factor; head_dim / 2]) }
-    }
-
     /// `x` `[batch, heads, seq, head_dim]` turned to `positions`.
     pub(crate) fn apply<T: Compute>(&self, x: &T, positions: &[usize]) -> crate::Result<T> {
         match &self.factors {
@@ -347,6 +231,47 @@ impl<'a> GgufKeys<'a> {
                 ),
             )),
         }
+    }
+
+    /// One `layer_types` entry per block, as llama.cpp marks them: none slides unless
+    /// `attention.sliding_window` is set (and not 0); then those `attention.sliding_window_pattern`
+    /// marks, one flag per block or a period `n` (block `i` slides unless `i % n == n - 1`;
+    /// `period` when absent).
+    ///
+    /// # Errors
+    /// [`crate::Error::ConfigField`] for more blocks than [`MAX_LAYERS`](super::MAX_LAYERS),
+    /// [`crate::Error::Config`] for a pattern of the wrong type or length.
+    pub(crate) fn layer_types(&self, period: usize) -> crate::Result<Vec<String>> {
+        let layers = self.required_size("block_count")?;
+        super::Checks::new(&self.origin).at_most(&self.key("block_count"), layers, super::MAX_LAYERS)?;
+        let window = self.size("attention.sliding_window")?.filter(|&window| window > 0);
+        let suffix = "attention.sliding_window_pattern";
+        let sliding: Vec<bool> = match self.value(suffix) {
+            _ if window.is_none() => vec![false; layers],
+            Some(crate::gguf::Value::Array(array)) => {
+                let flags: Option<Vec<bool>> = (0..array.len())
+                    .map(|at| array.get(at).and_then(|flag| flag.as_bool().or(flag.as_u64().map(|n| n != 0))))
+                    .collect();
+                match flags {
+                    Some(flags) if flags.len() == layers => flags,
+                    _ => {
+                        return Err(crate::Error::Config {
+                            path: self.origin.clone(),
+                            problem: crate::error::ConfigProblem::WrongType {
+                                key: self.key(suffix),
+                                expected: "a period, or one flag per block",
+                                found: format!("an array of {} values for {layers} blocks", array.len()),
+                            },
+                        });
+                    }
+                }
+            }
+            _ => {
+                let period = self.size(suffix)?.unwrap_or(period);
+                (0..layers).map(|layer| period == 0 || layer % period < period - 1).collect()
+            }
+        };
+        Ok(sliding.into_iter().map(|sliding| if sliding { SLIDING } else { FULL }.to_string()).collect())
     }
 
     /// Checks the hyperparameters against the tensors the file holds, before anything is sized
@@ -571,12 +496,45 @@ where
     }
 }
 
-/// The [`CausalLm`](super::CausalLm) of a decoder family `$model` whose `forward` and
-/// `forward_with_cache` give the hidden states' logits: the cache is shaped by its config's
-/// key/value heads and head width (`config => KV_HEADS, HEAD_DIM`), in the dtype its embedding
-/// computes in.
+/// A decoder family `$model`'s `forward` and `forward_with_cache` over its `run`, and its
+/// [`CausalLm`](super::CausalLm): the cache shaped by its configuration's key/value heads and
+/// head width ([`DecoderConfig`](super::DecoderConfig)), in the dtype its embedding computes in.
 macro_rules! causal_lm {
-    ($model:ident, $config:ident, $c:ident => $kv_heads:expr, $head_dim:expr) => {
+    ($model:ident) => {
+        impl<D: $crate::Device, W: $crate::models::Weights> $model<D, W>
+        where
+            $crate::Tensor<D>: $crate::Compute,
+            W::Layer<D>: $crate::models::Project<D>,
+            $crate::quant::ggml::GgmlLinear<D>: $crate::models::Project<D>,
+        {
+            /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights
+            /// of any float dtype; activations in f32), on the model's device.
+            ///
+            /// # Errors
+            /// A token id past the vocabulary.
+            pub fn forward(&self, ids: &[u32]) -> $crate::Result<$crate::Tensor<D>> {
+                self.run(ids, $crate::models::decoder::Pass::alone(ids.len()))
+            }
+
+            /// The logits of the last token of each row of `ids` (one row per sequence of
+            /// `cache`, row-major), `[batch, vocab]` in F32 on the model's device, computing
+            /// only the new positions: their keys and values go into `cache` (one entry per
+            /// key/value head, shared by its group of query heads; sliding layers keep every
+            /// position too and look at their window), and rotary angles count from each
+            /// sequence's first real token (see [`KvCache`](crate::generate::KvCache)).
+            ///
+            /// # Errors
+            /// A token id past the vocabulary, `ids` that are not whole rows, or
+            /// [`Error::CacheFull`](crate::Error::CacheFull).
+            pub fn forward_with_cache(
+                &self,
+                ids: &[u32],
+                cache: &mut $crate::generate::KvCache<D>,
+            ) -> $crate::Result<$crate::Tensor<D>> {
+                self.run(ids, $crate::models::decoder::Pass::cached(ids, cache)?)
+            }
+        }
+
         impl<D: $crate::Device, W: $crate::models::Weights> $crate::models::CausalLm for $model<D, W>
         where
             $crate::Tensor<D>: $crate::Compute,
@@ -589,20 +547,20 @@ macro_rules! causal_lm {
                 $crate::Compute::to_host(&self.forward(ids)?)
             }
 
-            #[doc = concat!("[`", stringify!($config), "::context_length`].")]
+            /// [`DecoderConfig::context_length`](crate::models::DecoderConfig::context_length).
             fn context_length(&self) -> usize {
-                self.config.context_length()
+                $crate::models::DecoderConfig::context_length(&self.config)
             }
 
             fn new_cache(&self, batch: usize, capacity: usize) -> $crate::Result<$crate::generate::KvCache<D>> {
+                use $crate::models::DecoderConfig;
                 $crate::generate::check_capacity(capacity, self.context_length())?;
-                let $c = &self.config;
                 $crate::generate::KvCache::new(
                     self.embed.cache_like(&self.norm.weight),
                     self.layers.len(),
                     batch,
-                    $kv_heads,
-                    $head_dim,
+                    self.config.kv_heads(),
+                    self.config.head_dim(),
                     capacity,
                 )
             }
@@ -632,4 +590,19 @@ pub struct Mlp<D: Device = Host, W: Weights = Dense> {
     /// Down projection.
     #[nnx(from = "down_proj", gguf = "ffn_down")]
     pub down: W::Layer<D>,
+}
+
+impl<D: Device, W: Weights> Mlp<D, W>
+where
+    Tensor<D>: Compute,
+    W::Layer<D>: super::Project<D>,
+{
+    /// `down(act(gate(x)) * up(x))` on `x` `[rows, hidden]`.
+    ///
+    /// # Errors
+    /// A last axis of `x` that is not `hidden`.
+    pub fn forward(&self, x: &Tensor<D>, act: fn(&Tensor<D>) -> crate::Result<Tensor<D>>) -> crate::Result<Tensor<D>> {
+        let [gate, up] = super::project_all([&self.gate, &self.up], x)?;
+        super::Project::project(&self.down, &act(&gate)?.mul(&up)?)
+    }
 }

@@ -82,6 +82,13 @@ pub const FAMILIES: &[Family] = &[
         exports_gguf: false,
     },
     Family {
+        name: "qwen3moe",
+        network: Network::Qwen,
+        model_types: &["qwen3_moe"],
+        gguf_architectures: &["qwen3moe"],
+        exports_gguf: false,
+    },
+    Family {
         name: "gemma3",
         network: Network::Gemma3,
         model_types: &["gemma3_text", "gemma3"],
@@ -185,7 +192,7 @@ mod tests {
         unique.dedup();
         assert_eq!(names.len(), unique.len(), "{names:?}");
         assert_eq!(from_gguf_architecture("mistral"), None, "llama.cpp writes Mistral as `llama`");
-        assert_eq!(supported(true), "llama, qwen2, qwen3, gemma3");
-        assert_eq!(supported(false), "llama, mistral, qwen2, qwen3, gemma3_text, gpt2");
+        assert_eq!(supported(true), "llama, qwen2, qwen3, qwen3moe, gemma3");
+        assert_eq!(supported(false), "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gpt2");
     }
 }

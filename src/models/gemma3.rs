@@ -12,10 +12,8 @@
 use std::path::Path;
 
 use super::decoder::Mlp;
-use super::decoder::{FULL, GgufKeys, Pass, Rotary, SLIDING, Shape, check_layer_types, linear_rope_factor};
-use super::llama::RopeParameters;
-use super::{Dense, Project, TokenEmbedding, Weights};
-use crate::generate::KvCache;
+use super::decoder::{GgufKeys, Pass, Rotary, SLIDING, check_layer_types};
+use super::{DecoderConfig, Dense, Project, RopeParameters, TokenEmbedding, Weights};
 use crate::gguf::Metadata;
 use crate::nn::{Init, Linear, RmsNorm};
 use crate::quant::ggml::GgmlLinear;
@@ -40,10 +38,10 @@ pub struct Gemma3Config {
     /// Query heads.
     pub num_attention_heads: usize,
     /// Key/value heads (grouped-query attention; default 4).
-    #[serde(default = "default_kv_heads")]
+    #[serde(default = "default_size::<4>")]
     pub num_key_value_heads: usize,
     /// Width of one head (default 256).
-    #[serde(default = "default_head_dim")]
+    #[serde(default = "default_size::<256>")]
     pub head_dim: usize,
     /// Attention scores are scaled by `query_pre_attn_scalar ** -0.5` (default 256).
     #[serde(default = "default_head_dim_f32")]
@@ -61,7 +59,7 @@ pub struct Gemma3Config {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_position_embeddings: Option<usize>,
     /// RMSNorm epsilon.
-    #[serde(default = "default_epsilon")]
+    #[serde(default = "super::config::default_epsilon")]
     pub rms_norm_eps: f32,
     /// Whether `lm_head` is the token embedding (default true; the checkpoint then has no
     /// `lm_head`).
@@ -116,12 +114,8 @@ pub struct Gemma3RopeParameters {
 
 super::extra::keeps_extra!(Gemma3RopeParameters);
 
-fn default_kv_heads() -> usize {
-    4
-}
-
-fn default_head_dim() -> usize {
-    256
+fn default_size<const N: usize>() -> usize {
+    N
 }
 
 fn default_head_dim_f32() -> f32 {
@@ -132,23 +126,12 @@ fn default_window() -> Option<usize> {
     Some(4096)
 }
 
-fn default_epsilon() -> f32 {
-    1e-6
-}
-
 fn default_true() -> bool {
     true
 }
 
 /// llama.cpp's sliding-window pattern when the file gives none.
 const DEFAULT_PATTERN: usize = 6;
-
-/// Which layers of a GGUF file slide: a period `n` (layer `i` is local unless
-/// `i % n == n - 1`), or one flag per layer.
-enum Pattern {
-    Period(usize),
-    Flags(Vec<bool>),
-}
 
 impl Gemma3Config {
     /// Reads a `config.json` and [checks](Gemma3Config::check) it.
@@ -191,54 +174,12 @@ impl Gemma3Config {
         let hidden_size = keys.required_size("embedding_length")?;
         let num_attention_heads = keys.required_size("attention.head_count")?;
         let num_hidden_layers = keys.required_size("block_count")?;
-        // The layer types below are one entry per layer.
-        super::Checks::new(origin).at_most(&keys.key("block_count"), num_hidden_layers, super::MAX_LAYERS)?;
+        let layer_types = keys.layer_types(DEFAULT_PATTERN)?;
         let head_dim = keys.size("attention.key_length")?.unwrap_or(hidden_size / num_attention_heads.max(1));
-        let sliding_window = keys.size("attention.sliding_window")?.filter(|&window| window > 0);
-        let pattern = match keys.value("attention.sliding_window_pattern") {
-            Some(crate::gguf::Value::Array(array)) => {
-                let flags: Option<Vec<bool>> = (0..array.len())
-                    .map(|at| array.get(at).and_then(|flag| flag.as_bool().or(flag.as_u64().map(|n| n != 0))))
-                    .collect();
-                match flags {
-                    Some(flags) if flags.len() == num_hidden_layers => Pattern::Flags(flags),
-                    _ => {
-                        return Err(crate::Error::Config {
-                            path: origin.to_path_buf(),
-                            problem: crate::error::ConfigProblem::WrongType {
-                                key: keys.key("attention.sliding_window_pattern"),
-                                expected: "a period, or one flag per block",
-                                found: format!("an array of {} values for {num_hidden_layers} blocks", array.len()),
-                            },
-                        });
-                    }
-                }
-            }
-            _ => Pattern::Period(keys.size("attention.sliding_window_pattern")?.unwrap_or(DEFAULT_PATTERN)),
-        };
-        let local = |layer: usize| -> bool {
-            match &pattern {
-                _ if sliding_window.is_none() => false,
-                Pattern::Flags(flags) => flags[layer],
-                Pattern::Period(period) => *period == 0 || layer % period < period - 1,
-            }
-        };
-        let layer_types =
-            (0..num_hidden_layers).map(|layer| if local(layer) { SLIDING } else { FULL }.into()).collect();
-        let settings = |theta: f32, factor: Option<f32>| match factor {
-            Some(factor) => RopeParameters::linear(Some(theta), factor),
-            None => RopeParameters {
-                rope_theta: Some(theta),
-                rope_type: Some("default".into()),
-                ..RopeParameters::default()
-            },
-        };
+        let theta = |suffix: &str| keys.number(suffix).map(|theta| Some(theta.unwrap_or(10_000.0)));
         let rope_parameters = Gemma3RopeParameters {
-            full_attention: Some(settings(
-                keys.number("rope.freq_base")?.unwrap_or(10_000.0),
-                keys.linear_rope_factor()?,
-            )),
-            sliding_attention: Some(settings(keys.number("rope.freq_base_swa")?.unwrap_or(10_000.0), None)),
+            full_attention: Some(RopeParameters::linear(theta("rope.freq_base")?, keys.linear_rope_factor()?)),
+            sliding_attention: Some(RopeParameters::linear(theta("rope.freq_base_swa")?, None)),
             extra: serde_json::Map::new(),
         };
         let query_pre_attn_scalar =
@@ -252,7 +193,7 @@ impl Gemma3Config {
             num_key_value_heads: keys.size("attention.head_count_kv")?.unwrap_or(num_attention_heads),
             head_dim,
             query_pre_attn_scalar,
-            sliding_window,
+            sliding_window: keys.size("attention.sliding_window")?.filter(|&window| window > 0),
             layer_types: Some(layer_types),
             sliding_window_pattern: None,
             max_position_embeddings: keys.size("context_length")?,
@@ -274,7 +215,7 @@ impl Gemma3Config {
     /// Checks that the configuration makes a model: every size at least 1, the key/value heads
     /// dividing the query heads, an even head width, at most [`MAX_LAYERS`](super::MAX_LAYERS)
     /// layers, weights small enough to address, one `layer_types` entry per layer, positive
-    /// windows, scalars and caps, rope scalings nnx computes (`default` or `linear`), and no
+    /// windows, scalars and caps, rope scalings nnx computes (`default`, `linear`, `llama3`), and no
     /// `attn_logit_softcapping` (Gemma 3 does not cap attention scores). `path` names the file
     /// in the error.
     ///
@@ -295,20 +236,7 @@ impl Gemma3Config {
             // norms, and transformers' converter asserts the field is null.
             return Err(field("attn_logit_softcapping", cap, crate::error::ConfigRule::AtMost { limit: 0 }));
         }
-        Shape {
-            hidden: self.hidden_size,
-            inner: self.intermediate_size,
-            layers: self.num_hidden_layers,
-            heads: self.num_attention_heads,
-            kv_heads: Some(self.num_key_value_heads),
-            head_dim: Some(self.head_dim),
-            vocab: self.vocab_size,
-            vectors: 6,
-            context: self.max_position_embeddings,
-            eps: self.rms_norm_eps,
-            thetas: &[("rope_theta", self.theta(false)), ("rope_local_base_freq", self.theta(true))],
-        }
-        .check(&checks)?;
+        super::config::check(self, &checks, 6, &[("rope_local_base_freq", self.rope_of(true).0)])?;
         checks.finite_positive("query_pre_attn_scalar", self.query_pre_attn_scalar)?;
         if let Some(cap) = self.final_logit_softcapping {
             checks.finite_positive("final_logit_softcapping", cap)?;
@@ -322,9 +250,10 @@ impl Gemma3Config {
         if let Some(types) = &self.layer_types {
             check_layer_types(types, self.num_hidden_layers, path)?;
         }
-        self.rope_factor_at(false, path)?;
-        self.rope_factor_at(true, path)?;
-        Ok(())
+        match self.local_rope() {
+            Some(local) if local.scaling().is_some() => local.check("rope_parameters.sliding_attention", &checks),
+            _ => Ok(()),
+        }
     }
 
     /// Whether layer `layer` is local (sees a sliding window of keys): its `layer_types`
@@ -341,42 +270,46 @@ impl Gemma3Config {
         self.sliding_window.filter(|_| self.is_sliding(layer))
     }
 
-    fn rope_settings(&self, sliding: bool) -> Option<&RopeParameters> {
-        let parameters = self.rope_parameters.as_ref()?;
-        if sliding { parameters.sliding_attention.as_ref() } else { parameters.full_attention.as_ref() }
+    fn local_rope(&self) -> Option<&RopeParameters> {
+        self.rope_parameters.as_ref()?.sliding_attention.as_ref()
     }
 
-    /// The rotary base of local (`sliding`) or global layers: `rope_parameters`, else
-    /// `rope_local_base_freq` (1e4) or `rope_theta` (1e6).
-    pub fn theta(&self, sliding: bool) -> f32 {
-        let given = self.rope_settings(sliding).and_then(|settings| settings.rope_theta);
-        match sliding {
-            true => given.or(self.rope_local_base_freq).unwrap_or(10_000.0),
-            false => given.or(self.rope_theta).unwrap_or(1_000_000.0),
+    /// The rotary base and frequency divisors of local (`sliding`) or global layers: the
+    /// global ones as [`DecoderConfig`] reads them, the local ones from
+    /// `rope_parameters.sliding_attention`, else `rope_local_base_freq` (1e4), never scaled by
+    /// the older `rope_scaling`.
+    pub fn rope_of(&self, sliding: bool) -> (f32, Option<Vec<f32>>) {
+        if !sliding {
+            return (self.theta(), self.rope_factors());
+        }
+        let local = self.local_rope();
+        let theta = local.and_then(|rope| rope.rope_theta).or(self.rope_local_base_freq).unwrap_or(10_000.0);
+        (theta, local.and_then(|rope| rope.factors(self.head_dim, theta)))
+    }
+}
+
+impl DecoderConfig for Gemma3Config {
+    const DEFAULT_CONTEXT: usize = 131_072;
+    const DEFAULT_THETA: f32 = 1_000_000.0;
+
+    fn dims(&self) -> super::Dims {
+        super::Dims {
+            vocab: self.vocab_size,
+            hidden: self.hidden_size,
+            inner: self.intermediate_size,
+            layers: self.num_hidden_layers,
+            heads: self.num_attention_heads,
+            kv_heads: Some(self.num_key_value_heads),
+            head_dim: Some(self.head_dim),
+            context: self.max_position_embeddings,
+            eps: self.rms_norm_eps,
         }
     }
 
-    /// The linear rope scaling factor of local (`sliding`) or global layers, or `None` without
-    /// scaling: `rope_parameters`, else (global layers) the older `rope_scaling`.
-    pub fn rope_factor(&self, sliding: bool) -> Option<f32> {
-        self.rope_factor_at(sliding, Path::new("config.json")).unwrap_or(None)
-    }
-
-    fn rope_factor_at(&self, sliding: bool, path: &Path) -> crate::Result<Option<f32>> {
-        let kind = if sliding { SLIDING } else { FULL };
-        let given = self.rope_settings(sliding).filter(|settings| settings.scaling().is_some());
-        if let Some(settings) = given {
-            return linear_rope_factor(settings, &format!("rope_parameters.{kind}"), path);
-        }
-        match &self.rope_scaling {
-            Some(scaling) if !sliding => linear_rope_factor(scaling, "rope_scaling", path),
-            _ => Ok(None),
-        }
-    }
-
-    /// `max_position_embeddings`, or 131072 when absent.
-    pub fn context_length(&self) -> usize {
-        self.max_position_embeddings.unwrap_or(131_072)
+    fn rope(&self) -> super::Rope<'_> {
+        let full = self.rope_parameters.as_ref().and_then(|rope| rope.full_attention.as_ref());
+        let parameters = full.map(|rope| ("rope_parameters.full_attention", rope));
+        super::Rope { theta: self.rope_theta, parameters, scaling: self.rope_scaling.as_ref() }
     }
 }
 
@@ -501,33 +434,13 @@ where
     W::Layer<D>: Project<D>,
     GgmlLinear<D>: Project<D>,
 {
-    /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights of any
-    /// float dtype; activations in f32), on the model's device.
-    ///
-    /// # Errors
-    /// A token id past the vocabulary.
-    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor<D>> {
-        self.run(ids, Pass::alone(ids.len()))
-    }
-
-    /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,
-    /// row-major), `[batch, vocab]` in F32 on the model's device, computing only the new
-    /// positions: their keys and values go into `cache` (one entry per key/value head; local
-    /// layers keep every position too, and look at the last `sliding_window`), and rotary
-    /// angles count from each sequence's first real token (see [`KvCache`]).
-    ///
-    /// # Errors
-    /// A token id past the vocabulary, `ids` that are not whole rows, or
-    /// [`Error::CacheFull`](crate::Error::CacheFull).
-    pub fn forward_with_cache(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor<D>> {
-        self.run(ids, Pass::cached(ids, cache)?)
-    }
-
     fn run(&self, ids: &[u32], mut pass: Pass<'_, D>) -> crate::Result<Tensor<D>> {
         let config = &self.config;
         let (heads, kv_heads, head_dim) = (config.num_attention_heads, config.num_key_value_heads, config.head_dim);
-        let [global, local] =
-            [false, true].map(|sliding| Rotary::new(config.theta(sliding), config.rope_factor(sliding), head_dim));
+        let [global, local] = [false, true].map(|sliding| {
+            let (theta, factors) = config.rope_of(sliding);
+            Rotary { theta, factors }
+        });
         // The attention kernel divides scores by sqrt(head_dim); Gemma divides them by
         // sqrt(query_pre_attn_scalar).
         let query_scale = (head_dim as f32 / config.query_pre_attn_scalar).sqrt();
@@ -545,10 +458,8 @@ where
             let v = pass.heads(&v, kv_heads, head_dim, None, None)?;
             let context = pass.attend(index, &q, k, v, config.window(index))?;
             h = h.add(&layer.post_attn_norm.forward(&attn.o.project(&context)?)?)?;
-            let x = layer.mlp_norm.forward(&h)?;
-            let [gate, up] = super::project_all([&layer.mlp.gate, &layer.mlp.up], &x)?;
-            let gated = gate.gelu_tanh()?.mul(&up)?;
-            h = h.add(&layer.post_mlp_norm.forward(&layer.mlp.down.project(&gated)?)?)?;
+            let x = layer.mlp.forward(&layer.mlp_norm.forward(&h)?, Compute::gelu_tanh)?;
+            h = h.add(&layer.post_mlp_norm.forward(&x)?)?;
         }
         let x = self.norm.forward(&pass.finish(h)?)?;
         let logits = match &self.lm_head {
@@ -562,7 +473,7 @@ where
     }
 }
 
-super::decoder::causal_lm!(Gemma3, Gemma3Config, config => config.num_key_value_heads, config.head_dim);
+super::decoder::causal_lm!(Gemma3);
 
 /// A folder of `Gemma3ForCausalLM` (`model_type` `gemma3_text`), its projections in the dtype
 /// of its weights and its norms in F32.
@@ -616,8 +527,8 @@ mod tests {
         let config = config();
         assert_eq!((0..3).map(|layer| config.is_sliding(layer)).collect::<Vec<_>>(), [true, true, false]);
         assert_eq!((config.window(0), config.window(2)), (Some(2), None));
-        assert_eq!((config.theta(false), config.rope_factor(false)), (1e6, Some(4.0)));
-        assert_eq!((config.theta(true), config.rope_factor(true)), (1e4, None));
+        assert_eq!(config.rope_of(false), (1e6, Some(vec![4.0; 4])));
+        assert_eq!(config.rope_of(true), (1e4, None));
         let model = Gemma3::new(&config, DType::BF16, Init::Seeded(1));
         assert_eq!((model.layers[0].attn_norm.weight.dtype(), model.embed.weight.dtype()), (DType::F32, DType::BF16));
         assert!(model.lm_head.is_none());
@@ -674,8 +585,8 @@ mod tests {
         let config = Gemma3Config::from_gguf(&metadata, true).unwrap();
         let sliding: Vec<bool> = (0..7).map(|layer| config.is_sliding(layer)).collect();
         assert_eq!(sliding, [true, true, true, true, true, false, true]);
-        assert_eq!((config.theta(false), config.rope_factor(false)), (1e6, Some(8.0)));
-        assert_eq!((config.theta(true), config.rope_factor(true)), (1e4, None));
+        assert_eq!(config.rope_of(false), (1e6, Some(vec![8.0; 4])));
+        assert_eq!(config.rope_of(true), (1e4, None));
         assert_eq!((config.query_pre_attn_scalar, config.window(0), config.window(5)), (8.0, Some(4), None));
         metadata.set("gemma3.attention.sliding_window_pattern", Value::Array(Array::Bool(vec![false; 7])));
         assert!(!Gemma3Config::from_gguf(&metadata, true).unwrap().is_sliding(0));

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use nnx_io::gguf::{Array, Metadata, Value};
 
-use crate::models::llama::LlamaConfig;
+use crate::models::llama::{DecoderConfig, LlamaConfig};
 use crate::{Archive, Tensor};
 
 /// A checkpoint ready to be written as GGUF: llama.cpp's metadata and the tensors under

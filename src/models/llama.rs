@@ -9,8 +9,8 @@ use std::path::Path;
 
 pub use super::decoder::Mlp;
 use super::decoder::{Pass, Rotary};
+pub use super::{DecoderConfig, RopeParameters};
 use super::{Dense, Project, TokenEmbedding, Weights};
-use crate::generate::KvCache;
 use crate::nn::{Init, Linear, RmsNorm};
 use crate::quant::ggml::GgmlLinear;
 use crate::{Compute, DType, Device, Host, Module, Tensor};
@@ -43,7 +43,7 @@ pub struct LlamaConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_position_embeddings: Option<usize>,
     /// RMSNorm epsilon.
-    #[serde(default = "default_epsilon")]
+    #[serde(default = "super::config::default_epsilon")]
     pub rms_norm_eps: f32,
     /// Whether `lm_head` is the token embedding.
     #[serde(default)]
@@ -65,61 +65,6 @@ pub struct LlamaConfig {
 
 super::extra::keeps_extra!(LlamaConfig);
 
-/// The `rope_parameters` object of newer configs, and the `rope_scaling` object of older ones:
-/// the rotary base and how the frequencies are scaled.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(remote = "Self")]
-pub struct RopeParameters {
-    /// Rotary base.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_theta: Option<f32>,
-    /// The scaling: `default`, `linear`, `llama3`, ...
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_type: Option<String>,
-    /// The scaling under its older name (`type`).
-    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    /// The factor the context is stretched by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub factor: Option<f64>,
-    /// Llama 3: below this many wavelengths per original context, frequencies are divided by
-    /// `factor`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub low_freq_factor: Option<f64>,
-    /// Llama 3: above this many, they are kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub high_freq_factor: Option<f64>,
-    /// Llama 3: the context the model was first trained for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub original_max_position_embeddings: Option<usize>,
-    /// Every other field of the object, as read (within a bound).
-    #[serde(flatten, skip_deserializing)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
-}
-
-super::extra::keeps_extra!(RopeParameters);
-
-impl RopeParameters {
-    /// The scaling's name: `rope_type`, else the older `type`.
-    pub fn scaling(&self) -> Option<&str> {
-        self.rope_type.as_deref().or(self.kind.as_deref())
-    }
-
-    /// Linear scaling by `factor`, as llama.cpp's hyperparameters give it.
-    pub(crate) fn linear(theta: Option<f32>, factor: f32) -> RopeParameters {
-        RopeParameters {
-            rope_theta: theta,
-            rope_type: Some("linear".into()),
-            factor: Some(f64::from(factor)),
-            ..RopeParameters::default()
-        }
-    }
-}
-
-fn default_epsilon() -> f32 {
-    1e-6
-}
-
 impl LlamaConfig {
     /// Reads a `config.json` and [checks](LlamaConfig::check) it.
     ///
@@ -133,103 +78,21 @@ impl LlamaConfig {
     /// Checks that the configuration makes a model: every size at least 1, the key/value heads
     /// dividing the query heads, the query heads dividing `hidden_size` when `head_dim` is not
     /// given, an even head width (rotary embeddings turn pairs of values), at most
-    /// [`MAX_LAYERS`](super::MAX_LAYERS) layers, and weights small enough to address. `path`
-    /// names the file in the error.
+    /// [`MAX_LAYERS`](super::MAX_LAYERS) layers, weights small enough to address, and a rope
+    /// scaling nnx computes with numbers that make one. `path` names the file in the error.
     ///
     /// # Errors
-    /// [`crate::Error::ConfigField`] naming the first field at fault.
+    /// [`crate::Error::ConfigField`] naming the first field at fault, [`crate::Error::Config`]
+    /// for a rope scaling nnx does not compute.
     pub fn check(&self, path: &Path) -> crate::Result<()> {
-        let checks = super::Checks::new(path);
-        let thetas = [("rope_theta", self.theta())];
-        super::decoder::Shape {
-            hidden: self.hidden_size,
-            inner: self.intermediate_size,
-            layers: self.num_hidden_layers,
-            heads: self.num_attention_heads,
-            kv_heads: self.num_key_value_heads,
-            head_dim: self.head_dim,
-            vocab: self.vocab_size,
-            vectors: 2,
-            context: self.max_position_embeddings,
-            eps: self.rms_norm_eps,
-            thetas: &thetas,
-        }
-        .check(&checks)?;
-        self.check_rope_scaling(&checks)
-    }
-
-    /// The rope scaling's numbers: a finite positive `factor`, and for Llama 3's scaling
-    /// finite positive frequency factors, the high one above the low one (the smoothing
-    /// divides by their difference), and a positive original context.
-    fn check_rope_scaling(&self, checks: &super::Checks<'_>) -> crate::Result<()> {
-        let Some((field, settings)) = self.rope_scaling() else { return Ok(()) };
-        match settings.scaling() {
-            Some("linear") => checks.finite_positive(&format!("{field}.factor"), settings.factor.unwrap_or(1.0)),
-            Some("llama3") => {
-                let (low, high) = (settings.low_freq_factor.unwrap_or(1.0), settings.high_freq_factor.unwrap_or(4.0));
-                checks.finite_positive(&format!("{field}.factor"), settings.factor.unwrap_or(8.0))?;
-                checks.finite_positive(&format!("{field}.low_freq_factor"), low)?;
-                checks.finite_positive(&format!("{field}.high_freq_factor"), high)?;
-                if high <= low {
-                    return Err(crate::Error::ConfigNumber {
-                        path: checks.path().to_path_buf(),
-                        field: format!("{field}.high_freq_factor"),
-                        found: high,
-                        expected: "above `low_freq_factor`",
-                    });
-                }
-                checks.positive(
-                    &format!("{field}.original_max_position_embeddings"),
-                    settings.original_max_position_embeddings.unwrap_or(8192),
-                )
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Width of one head.
-    pub fn head_dim(&self) -> usize {
-        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
-    }
-
-    /// The rotary base: `rope_parameters.rope_theta`, else `rope_theta`, else 10000.
-    pub fn theta(&self) -> f32 {
-        self.rope_parameters.as_ref().and_then(|rope| rope.rope_theta).or(self.rope_theta).unwrap_or(10_000.0)
-    }
-
-    /// The divisor of each rotary frequency, `head_dim / 2` of them: Llama 3's rope scaling
-    /// (`rope_type` `llama3`) or linear scaling (`factor`), else all 1. llama.cpp's converter
-    /// writes the same numbers to a GGUF file as `rope_freqs.weight`.
-    pub fn rope_factors(&self) -> Vec<f32> {
-        let pairs = self.head_dim() / 2;
-        let Some((_, settings)) = self.rope_scaling() else { return vec![1.0; pairs] };
-        match settings.scaling() {
-            Some("llama3") => nnx_core::llama3_rope_factors(
-                self.head_dim(),
-                self.theta(),
-                settings.factor.unwrap_or(8.0) as f32,
-                settings.low_freq_factor.unwrap_or(1.0) as f32,
-                settings.high_freq_factor.unwrap_or(4.0) as f32,
-                settings.original_max_position_embeddings.unwrap_or(8192),
-            ),
-            Some("linear") => vec![settings.factor.unwrap_or(1.0) as f32; pairs],
-            _ => vec![1.0; pairs],
-        }
-    }
-
-    /// The rope settings that scale, with the field they are in: `rope_parameters` (newer
-    /// configs) when it names a scaling, else `rope_scaling` (older ones).
-    fn rope_scaling(&self) -> Option<(&'static str, &RopeParameters)> {
-        match &self.rope_parameters {
-            Some(rope) if rope.scaling().is_some() => Some(("rope_parameters", rope)),
-            _ => self.rope_scaling.as_ref().map(|scaling| ("rope_scaling", scaling)),
-        }
+        super::config::check(self, &super::Checks::new(path), 2, &[])
     }
 
     /// The configuration llama.cpp's hyperparameters describe (`general.architecture`
     /// `llama`, which Mistral's files use too), for the model that [`Llama::new`] builds.
-    /// `tied` says whether the file lacks `output.weight` (the head is the embedding). Llama 3's
-    /// rope scaling is not in the metadata: the file's `rope_freqs.weight` holds it.
+    /// `tied` says whether the file lacks `output.weight` (the head is the embedding). Linear
+    /// rope scaling is `rope.scaling.*`; Llama 3's is not in the metadata: the file's
+    /// `rope_freqs.weight` holds it.
     ///
     /// # Errors
     /// [`crate::Error::NoEntry`] naming a missing key, [`crate::Error::Config`] for a key of
@@ -261,22 +124,35 @@ impl LlamaConfig {
             rms_norm_eps: keys.number("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
             tie_word_embeddings: tied,
             rope_theta: Some(keys.number("rope.freq_base")?.unwrap_or(10_000.0)),
-            rope_parameters: None,
+            rope_parameters: keys.linear_rope_factor()?.map(|factor| RopeParameters::linear(None, Some(factor))),
             rope_scaling: None,
             extra,
         };
         config.check(keys.path())?;
         Ok(config)
     }
+}
 
-    /// Key/value heads.
-    pub fn kv_heads(&self) -> usize {
-        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+impl super::DecoderConfig for LlamaConfig {
+    const DEFAULT_CONTEXT: usize = 2048;
+
+    fn dims(&self) -> super::Dims {
+        super::Dims {
+            vocab: self.vocab_size,
+            hidden: self.hidden_size,
+            inner: self.intermediate_size,
+            layers: self.num_hidden_layers,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            context: self.max_position_embeddings,
+            eps: self.rms_norm_eps,
+        }
     }
 
-    /// `max_position_embeddings`, or 2048 when absent.
-    pub fn context_length(&self) -> usize {
-        self.max_position_embeddings.unwrap_or(2048)
+    fn rope(&self) -> super::Rope<'_> {
+        let parameters = self.rope_parameters.as_ref().map(|rope| ("rope_parameters", rope));
+        super::Rope { theta: self.rope_theta, parameters, scaling: self.rope_scaling.as_ref() }
     }
 }
 
@@ -332,7 +208,7 @@ pub struct Llama<D: Device = Host, W: Weights = Dense> {
     #[nnx(gguf = "output")]
     pub lm_head: Option<W::Layer<D>>,
     /// The divisor of each rotary frequency (F32 `[head_dim / 2]`) where the model scales its
-    /// rope: from the configuration ([`LlamaConfig::rope_factors`]), and stored in a GGUF file
+    /// rope: from the configuration ([`DecoderConfig::rope_factors`]), and stored in a GGUF file
     /// of Llama 3 (whose metadata does not say it), which the loader then reads.
     #[nnx(optional, gguf = "rope_freqs.weight")]
     pub rope_freqs: Option<Tensor<D>>,
@@ -378,11 +254,11 @@ impl Llama {
                 }
             })
             .collect();
-        let factors = config.rope_factors();
-        let rope_freqs = factors.iter().any(|&factor| factor != 1.0).then(|| {
-            let pairs = factors.len();
-            Tensor::from_vec(factors, &[pairs]).expect("one factor per rotary pair")
-        });
+        let rope_freqs =
+            config.rope_factors().filter(|factors| factors.iter().any(|&factor| factor != 1.0)).map(|factors| {
+                let pairs = factors.len();
+                Tensor::from_vec(factors, &[pairs]).expect("one factor per rotary pair")
+            });
         Llama {
             embed: TokenEmbedding::new(config.vocab_size, hidden, dtype, init.at("embed")),
             layers,
@@ -401,28 +277,6 @@ where
     W::Layer<D>: Project<D>,
     GgmlLinear<D>: Project<D>,
 {
-    /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights of any
-    /// float dtype; activations in f32), on the model's device.
-    ///
-    /// # Errors
-    /// A token id past the vocabulary.
-    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor<D>> {
-        self.run(ids, Pass::alone(ids.len()))
-    }
-
-    /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,
-    /// row-major), `[batch, vocab]` in F32 on the model's device, computing only the new
-    /// positions: their keys and values go into `cache` (one entry per key/value head, shared
-    /// by its group of query heads), and rotary angles count from each sequence's first real
-    /// token (see [`KvCache`]).
-    ///
-    /// # Errors
-    /// A token id past the vocabulary, `ids` that are not whole rows, or
-    /// [`Error::CacheFull`](crate::Error::CacheFull).
-    pub fn forward_with_cache(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor<D>> {
-        self.run(ids, Pass::cached(ids, cache)?)
-    }
-
     /// `t` `[rows, heads * head_dim]` with each head in halves order (the rotation's pairs
     /// `head_dim / 2` apart): as it is, or from pair order where [`Llama::stored_rope_rows`].
     fn halves_order(&self, t: Tensor<D>, heads: usize, head_dim: usize) -> crate::Result<Tensor<D>> {
@@ -455,10 +309,7 @@ where
             let v = pass.heads(&v, kv_heads, head_dim, None, None)?;
             let context = pass.attend(index, &q, k, v, None)?;
             h = h.add(&attn.o.project(&context)?)?;
-            let x = layer.mlp_norm.forward(&h)?;
-            let [gate, up] = super::project_all([&layer.mlp.gate, &layer.mlp.up], &x)?;
-            let gated = gate.silu()?.mul(&up)?;
-            h = h.add(&layer.mlp.down.project(&gated)?)?;
+            h = h.add(&layer.mlp.forward(&layer.mlp_norm.forward(&h)?, Compute::silu)?)?;
         }
         let x = self.norm.forward(&pass.finish(h)?)?;
         match &self.lm_head {
@@ -468,7 +319,7 @@ where
     }
 }
 
-super::decoder::causal_lm!(Llama, LlamaConfig, config => config.kv_heads(), config.head_dim());
+super::decoder::causal_lm!(Llama);
 
 /// A folder of `LlamaForCausalLM` (`model_type` `llama`), in the dtype of its weights (BF16
 /// checkpoints load as BF16 views of the file).

@@ -2,6 +2,7 @@
 //! Hugging Face checkpoints import as they are: [`bert`], [`gpt2`] and [`llama`].
 
 pub mod bert;
+mod config;
 mod decoder;
 mod extra;
 pub mod family;
@@ -12,12 +13,15 @@ pub mod llama;
 #[cfg(feature = "text")]
 mod load;
 pub mod lora;
+pub mod moe;
 pub mod qwen;
 #[cfg(feature = "text")]
 pub mod sentence;
 
 #[cfg(feature = "text")]
 pub use load::{LoadDevice, LoadOptions, LoadedModel, adapter_for_gguf, import_plan, load, load_with};
+
+pub use config::{DecoderConfig, Dims, Rope, RopeParameters};
 
 /// The trait generation drives, defined beside it in [`crate::generate`] and implemented by
 /// every model here.

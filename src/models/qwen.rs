@@ -2,30 +2,32 @@
 //! llama.cpp's converter writes them to GGUF (`blk.N.attn_q`, ...): Llama's decoder (RMSNorm,
 //! a SwiGLU MLP, grouped-query attention, half-split rotary embeddings) with biases on the
 //! query, key and value projections (Qwen2, and Qwen3 when `attention_bias` says), per-head
-//! RMSNorms of the queries and keys (Qwen3), and an `lm_head` that may be the token embedding.
+//! RMSNorms of the queries and keys (Qwen3), and an `lm_head` that may be the token embedding;
+//! Qwen3-MoE routes each token to its top-k SwiGLU experts instead of one MLP on its sparse
+//! layers.
 
 use std::path::Path;
 
 pub use super::decoder::Mlp;
-use super::decoder::{GgufKeys, Pass, Rotary, SLIDING, Shape, check_layer_types, linear_rope_factor, unusable};
-use super::llama::RopeParameters;
-use super::{Dense, Project, TokenEmbedding, Weights};
-use crate::generate::KvCache;
+use super::decoder::{GgufKeys, Pass, Rotary, SLIDING, check_layer_types, unusable};
+use super::moe::{Moe, Routing};
+use super::{DecoderConfig, Dense, Project, RopeParameters, TokenEmbedding, Weights};
 use crate::gguf::Metadata;
 use crate::nn::{Init, Linear, RmsNorm};
 use crate::quant::ggml::GgmlLinear;
 use crate::{Compute, DType, Device, Host, Module, Tensor};
 
-/// The fields of a Qwen2 or Qwen3 `config.json` (`model_type` `qwen2` or `qwen3`) that shape
-/// the model.
+/// The fields of a Qwen2, Qwen3 or Qwen3-MoE `config.json` (`model_type` `qwen2`, `qwen3` or
+/// `qwen3_moe`) that shape the model.
 ///
 /// The fields nnx does not use are kept in [`extra`](QwenConfig::extra), so a configuration
 /// read and written again loses none of them.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(remote = "Self")]
 pub struct QwenConfig {
-    /// `qwen2` or `qwen3`: Qwen3 normalizes queries and keys per head and has a bias on its
-    /// projections only when [`attention_bias`](QwenConfig::attention_bias) says.
+    /// `qwen2`, `qwen3` or `qwen3_moe`: Qwen3 normalizes queries and keys per head and has a
+    /// bias on its projections only when [`attention_bias`](QwenConfig::attention_bias) says;
+    /// Qwen3-MoE is Qwen3 with experts.
     pub model_type: String,
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -48,7 +50,7 @@ pub struct QwenConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_position_embeddings: Option<usize>,
     /// RMSNorm epsilon.
-    #[serde(default = "default_epsilon")]
+    #[serde(default = "super::config::default_epsilon")]
     pub rms_norm_eps: f32,
     /// Whether `lm_head` is the token embedding (the checkpoint then has no `lm_head`).
     #[serde(default)]
@@ -61,7 +63,7 @@ pub struct QwenConfig {
     /// Rotary base (older configs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_theta: Option<f32>,
-    /// Rotary settings (transformers 5): the base and the scaling (`default` or `linear`).
+    /// Rotary settings (transformers 5): the base and the scaling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_parameters: Option<RopeParameters>,
     /// Whether the layers [`layer_types`](QwenConfig::layer_types) marks as sliding attend to
@@ -80,6 +82,25 @@ pub struct QwenConfig {
     /// Rotary scaling (older configs; newer ones put it in `rope_parameters`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_scaling: Option<RopeParameters>,
+    /// Qwen3-MoE: the experts of a sparse layer (default 128); `num_local_experts` in newer
+    /// configs.
+    #[serde(default, alias = "num_local_experts", skip_serializing_if = "Option::is_none")]
+    pub num_experts: Option<usize>,
+    /// Qwen3-MoE: the experts each token is routed to (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts_per_tok: Option<usize>,
+    /// Qwen3-MoE: the width of one expert's MLP (default 768).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_intermediate_size: Option<usize>,
+    /// Qwen3-MoE: whether the chosen experts' weights are divided by their sum (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm_topk_prob: Option<bool>,
+    /// Qwen3-MoE: layer `i` is sparse when `(i + 1) % decoder_sparse_step == 0` (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoder_sparse_step: Option<usize>,
+    /// Qwen3-MoE: the layers with one dense MLP instead of experts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_only_layers: Option<Vec<usize>>,
     /// Every other field of the file (`hidden_act`, token ids, ...), as read (within a
     /// bound): nnx does not use them and writes them back.
     #[serde(flatten, skip_deserializing)]
@@ -87,10 +108,6 @@ pub struct QwenConfig {
 }
 
 super::extra::keeps_extra!(QwenConfig);
-
-fn default_epsilon() -> f32 {
-    1e-6
-}
 
 impl QwenConfig {
     /// Reads a `config.json` and [checks](QwenConfig::check) it.
@@ -120,12 +137,13 @@ impl QwenConfig {
 
     /// [`QwenConfig::from_gguf`] with errors naming `origin`, the file.
     pub(crate) fn from_gguf_at(metadata: &Metadata, tied: bool, origin: &Path) -> crate::Result<QwenConfig> {
-        let keys = GgufKeys::new(metadata, &["qwen2", "qwen3"], "`QwenConfig::from_gguf`", origin)?;
+        let keys = GgufKeys::new(metadata, &["qwen2", "qwen3", "qwen3moe"], "`QwenConfig::from_gguf`", origin)?;
+        let moe = keys.arch() == "qwen3moe";
         let hidden_size = keys.required_size("embedding_length")?;
         let num_attention_heads = keys.required_size("attention.head_count")?;
-        let rope_parameters = keys.linear_rope_factor()?.map(|factor| RopeParameters::linear(None, factor));
+        let rope_parameters = keys.linear_rope_factor()?.map(|factor| RopeParameters::linear(None, Some(factor)));
         let config = QwenConfig {
-            model_type: keys.arch().to_string(),
+            model_type: if moe { "qwen3_moe".into() } else { keys.arch().to_string() },
             vocab_size: keys.vocab_size()?,
             hidden_size,
             intermediate_size: keys.required_size("feed_forward_length")?,
@@ -144,6 +162,13 @@ impl QwenConfig {
             max_window_layers: None,
             layer_types: None,
             rope_scaling: None,
+            num_experts: if moe { Some(keys.required_size("expert_count")?) } else { None },
+            num_experts_per_tok: if moe { Some(keys.required_size("expert_used_count")?) } else { None },
+            moe_intermediate_size: if moe { Some(keys.required_size("expert_feed_forward_length")?) } else { None },
+            // llama.cpp renormalizes the chosen experts' weights of every Qwen3-MoE.
+            norm_topk_prob: moe.then_some(true),
+            decoder_sparse_step: None,
+            mlp_only_layers: None,
             extra: serde_json::Map::new(),
         };
         config.check(keys.path())?;
@@ -155,46 +180,68 @@ impl QwenConfig {
     /// `hidden_size` when `head_dim` is not given, an even head width, at most
     /// [`MAX_LAYERS`](super::MAX_LAYERS) layers, weights small enough to address, one
     /// `layer_types` entry per layer, a positive sliding window when one is used, and a rope
-    /// scaling nnx computes (`default` or `linear`). `path` names the file in the error.
+    /// scaling nnx computes (`default`, `linear` or `llama3`). `path` names the file in the error.
     ///
     /// # Errors
     /// [`crate::Error::ConfigField`] naming the first field at fault, or
     /// [`crate::Error::Config`] for another model type or rope scaling.
     pub fn check(&self, path: &Path) -> crate::Result<()> {
-        if !matches!(self.model_type.as_str(), "qwen2" | "qwen3") {
+        if !matches!(self.model_type.as_str(), "qwen2" | "qwen3" | "qwen3_moe") {
             return Err(unusable(
                 path,
-                format!("`model_type` is `{}`; `QwenConfig` reads `qwen2` and `qwen3`", self.model_type),
+                format!("`model_type` is `{}`; `QwenConfig` reads `qwen2`, `qwen3` and `qwen3_moe`", self.model_type),
             ));
         }
         let checks = super::Checks::new(path);
-        Shape {
-            hidden: self.hidden_size,
-            inner: self.intermediate_size,
-            layers: self.num_hidden_layers,
-            heads: self.num_attention_heads,
-            kv_heads: self.num_key_value_heads,
-            head_dim: self.head_dim,
-            vocab: self.vocab_size,
-            vectors: 6,
-            context: self.max_position_embeddings,
-            eps: self.rms_norm_eps,
-            thetas: &[("rope_theta", self.theta())],
-        }
-        .check(&checks)?;
+        super::config::check(self, &checks, 6, &[])?;
         if let Some(types) = &self.layer_types {
             check_layer_types(types, self.num_hidden_layers, path)?;
         }
         if self.use_sliding_window {
             checks.positive("sliding_window", self.sliding_window.unwrap_or(0))?;
         }
-        self.rope_factor_at(path)?;
+        if self.is_moe() {
+            let (experts, inner, hidden) = (self.experts(), self.moe_inner(), self.hidden_size);
+            checks.positive("num_experts", experts)?;
+            checks.positive("num_experts_per_tok", self.routing().top_k)?;
+            checks.at_most("num_experts_per_tok", self.routing().top_k, experts)?;
+            checks.positive("moe_intermediate_size", inner)?;
+            checks.positive("decoder_sparse_step", self.decoder_sparse_step.unwrap_or(1))?;
+            let sizes = [("num_experts", experts), ("moe_intermediate_size", inner), ("hidden_size", hidden)];
+            checks.addressable(&sizes, self.num_hidden_layers, &[&[3, experts, inner, hidden]], &[])?;
+        }
         Ok(())
     }
 
-    /// Whether the model is Qwen3 (per-head query and key norms).
+    /// Whether the model is Qwen3 or Qwen3-MoE (per-head query and key norms).
     pub fn is_qwen3(&self) -> bool {
-        self.model_type == "qwen3"
+        self.model_type == "qwen3" || self.is_moe()
+    }
+
+    /// Whether the model is Qwen3-MoE (experts on its sparse layers).
+    pub fn is_moe(&self) -> bool {
+        self.model_type == "qwen3_moe"
+    }
+
+    /// Whether layer `layer` routes to experts: a Qwen3-MoE layer not in `mlp_only_layers`,
+    /// every `decoder_sparse_step`-th.
+    pub fn is_sparse(&self, layer: usize) -> bool {
+        let dense = self.mlp_only_layers.as_ref().is_some_and(|layers| layers.contains(&layer));
+        self.is_moe() && !dense && (layer + 1).is_multiple_of(self.decoder_sparse_step.unwrap_or(1).max(1))
+    }
+
+    /// The experts of a sparse layer.
+    pub fn experts(&self) -> usize {
+        self.num_experts.unwrap_or(128)
+    }
+
+    /// How a sparse layer's router picks its experts.
+    pub fn routing(&self) -> Routing {
+        Routing { top_k: self.num_experts_per_tok.unwrap_or(8), normalize: self.norm_topk_prob.unwrap_or(false) }
+    }
+
+    fn moe_inner(&self) -> usize {
+        self.moe_intermediate_size.unwrap_or(768)
     }
 
     /// Whether the query, key and value projections have biases (and, for Qwen3, the output
@@ -208,37 +255,6 @@ impl QwenConfig {
         self.is_qwen3() && self.attention_bias.unwrap_or(false)
     }
 
-    /// Width of one head.
-    pub fn head_dim(&self) -> usize {
-        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
-    }
-
-    /// Key/value heads.
-    pub fn kv_heads(&self) -> usize {
-        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
-    }
-
-    /// The rotary base: `rope_parameters.rope_theta`, else `rope_theta`, else 10000.
-    pub fn theta(&self) -> f32 {
-        self.rope_parameters.as_ref().and_then(|rope| rope.rope_theta).or(self.rope_theta).unwrap_or(10_000.0)
-    }
-
-    /// The linear rope scaling factor (`rope_parameters`, else the older `rope_scaling`), or
-    /// `None` without scaling.
-    pub fn rope_factor(&self) -> Option<f32> {
-        self.rope_factor_at(Path::new("config.json")).unwrap_or(None)
-    }
-
-    fn rope_factor_at(&self, path: &Path) -> crate::Result<Option<f32>> {
-        if let Some(rope) = &self.rope_parameters {
-            return linear_rope_factor(rope, "rope_parameters", path);
-        }
-        match &self.rope_scaling {
-            Some(scaling) => linear_rope_factor(scaling, "rope_scaling", path),
-            None => Ok(None),
-        }
-    }
-
     /// The keys layer `layer` sees: `Some(window)` when it slides, `None` for all of them.
     pub fn window(&self, layer: usize) -> Option<usize> {
         let window = self.sliding_window.filter(|_| self.use_sliding_window)?;
@@ -248,10 +264,28 @@ impl QwenConfig {
         };
         sliding.then_some(window)
     }
+}
 
-    /// `max_position_embeddings`, or 32768 when absent.
-    pub fn context_length(&self) -> usize {
-        self.max_position_embeddings.unwrap_or(32_768)
+impl DecoderConfig for QwenConfig {
+    const DEFAULT_CONTEXT: usize = 32_768;
+
+    fn dims(&self) -> super::Dims {
+        super::Dims {
+            vocab: self.vocab_size,
+            hidden: self.hidden_size,
+            inner: self.intermediate_size,
+            layers: self.num_hidden_layers,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            context: self.max_position_embeddings,
+            eps: self.rms_norm_eps,
+        }
+    }
+
+    fn rope(&self) -> super::Rope<'_> {
+        let parameters = self.rope_parameters.as_ref().map(|rope| ("rope_parameters", rope));
+        super::Rope { theta: self.rope_theta, parameters, scaling: self.rope_scaling.as_ref() }
     }
 }
 
@@ -291,9 +325,12 @@ pub struct Layer<D: Device = Host, W: Weights = Dense> {
     /// Norm before the MLP.
     #[nnx(from = "post_attention_layernorm", gguf = "ffn_norm")]
     pub mlp_norm: RmsNorm<D>,
-    /// Feed-forward network.
+    /// Feed-forward network; `None` on a sparse layer.
     #[nnx(gguf = "")]
-    pub mlp: Mlp<D, W>,
+    pub mlp: Option<Mlp<D, W>>,
+    /// Qwen3-MoE: the experts of a sparse layer, in place of `mlp`.
+    #[nnx(from = "mlp", gguf = "")]
+    pub moe: Option<Moe<D, W>>,
 }
 
 /// Qwen2 or Qwen3 with its language-model head. `W` is how the projections (and the head) are
@@ -343,11 +380,15 @@ impl Qwen {
                         k_norm: config.is_qwen3().then(|| norm(head_dim)),
                     },
                     mlp_norm: norm(hidden),
-                    mlp: Mlp {
+                    mlp: (!config.is_sparse(layer)).then(|| Mlp {
                         gate: linear(hidden, config.intermediate_size, false, init.at("mlp.gate")),
                         up: linear(hidden, config.intermediate_size, false, init.at("mlp.up")),
                         down: linear(config.intermediate_size, hidden, false, init.at("mlp.down")),
-                    },
+                    }),
+                    moe: config.is_sparse(layer).then(|| {
+                        let (experts, routing) = (config.experts(), config.routing());
+                        Moe::new(hidden, config.moe_inner(), experts, routing, dtype, init.at("moe"))
+                    }),
                 }
             })
             .collect();
@@ -368,31 +409,10 @@ where
     W::Layer<D>: Project<D>,
     GgmlLinear<D>: Project<D>,
 {
-    /// Logits for every position of one sequence, `[ids.len(), vocab]` in F32 (weights of any
-    /// float dtype; activations in f32), on the model's device.
-    ///
-    /// # Errors
-    /// A token id past the vocabulary.
-    pub fn forward(&self, ids: &[u32]) -> crate::Result<Tensor<D>> {
-        self.run(ids, Pass::alone(ids.len()))
-    }
-
-    /// The logits of the last token of each row of `ids` (one row per sequence of `cache`,
-    /// row-major), `[batch, vocab]` in F32 on the model's device, computing only the new
-    /// positions: their keys and values go into `cache` (one entry per key/value head), and
-    /// rotary angles count from each sequence's first real token (see [`KvCache`]).
-    ///
-    /// # Errors
-    /// A token id past the vocabulary, `ids` that are not whole rows, or
-    /// [`Error::CacheFull`](crate::Error::CacheFull).
-    pub fn forward_with_cache(&self, ids: &[u32], cache: &mut KvCache<D>) -> crate::Result<Tensor<D>> {
-        self.run(ids, Pass::cached(ids, cache)?)
-    }
-
     fn run(&self, ids: &[u32], mut pass: Pass<'_, D>) -> crate::Result<Tensor<D>> {
         let config = &self.config;
         let (heads, kv_heads, head_dim) = (config.num_attention_heads, config.kv_heads(), config.head_dim());
-        let rotary = Rotary::new(config.theta(), config.rope_factor(), head_dim);
+        let rotary = Rotary { theta: config.theta(), factors: config.rope_factors() };
         let mut h = self.embed.forward(ids)?;
         for (index, layer) in self.layers.iter().enumerate() {
             let attn = &layer.attn;
@@ -404,9 +424,12 @@ where
             let context = pass.attend(index, &q, k, v, config.window(index))?;
             h = h.add(&attn.o.project(&context)?)?;
             let x = layer.mlp_norm.forward(&h)?;
-            let [gate, up] = super::project_all([&layer.mlp.gate, &layer.mlp.up], &x)?;
-            let gated = gate.silu()?.mul(&up)?;
-            h = h.add(&layer.mlp.down.project(&gated)?)?;
+            if let Some(mlp) = &layer.mlp {
+                h = h.add(&mlp.forward(&x, Compute::silu)?)?;
+            }
+            if let Some(moe) = &layer.moe {
+                h = h.add(&moe.forward(&x)?)?;
+            }
         }
         let x = self.norm.forward(&pass.finish(h)?)?;
         match &self.lm_head {
@@ -416,7 +439,7 @@ where
     }
 }
 
-super::decoder::causal_lm!(Qwen, QwenConfig, config => config.kv_heads(), config.head_dim());
+super::decoder::causal_lm!(Qwen);
 
 /// A folder of `Qwen2ForCausalLM` (`model_type` `qwen2`), in the dtype of its weights.
 ///
@@ -542,7 +565,7 @@ mod tests {
         bad.layer_types = Some(vec![FULL.into()]);
         assert!(matches!(bad.check(path), Err(crate::Error::ConfigField { field, .. }) if field == "layer_types"));
         assert!(matches!(config("llama").check(path), Err(crate::Error::Config { .. })));
-        assert_eq!(config("qwen3").rope_factor(), Some(2.0));
+        assert_eq!(config("qwen3").rope_factors(), Some(vec![2.0; 3]));
     }
 
     #[test]
@@ -571,7 +594,7 @@ mod tests {
         let config = QwenConfig::from_gguf(&metadata, false).unwrap();
         assert!(config.is_qwen3() && !config.qkv_bias());
         assert_eq!((config.vocab_size, config.head_dim(), config.kv_heads(), config.theta()), (32, 6, 2, 1e6));
-        assert_eq!((config.context_length(), config.rope_factor()), (64, None));
+        assert_eq!((config.context_length(), config.rope_factors()), (64, None));
         metadata.set("general.architecture", Value::String("llama".into()));
         assert!(matches!(QwenConfig::from_gguf(&metadata, false), Err(crate::Error::Config { .. })));
     }

@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use nnx::models::CausalLm;
 use nnx::models::gemma3::{Gemma3, Gemma3Config};
 use nnx::models::qwen::{Qwen, QwenConfig};
+use nnx::models::{CausalLm, DecoderConfig};
 use nnx::nn::Init;
 use nnx::{Archive, DType, Pretrained};
 
@@ -91,7 +91,8 @@ fn qwen3_matches_transformers() {
 fn gemma3_matches_transformers() {
     let model = gemma3();
     let config = &model.config;
-    assert!(config.is_sliding(0) && !config.is_sliding(5) && config.rope_factor(false) == Some(8.0));
+    assert!(config.is_sliding(0) && !config.is_sliding(5));
+    assert_eq!(config.rope_of(false).1, Some(vec![8.0; config.head_dim / 2]));
     let norm = &model.layers[0].attn_norm.weight;
     assert_eq!(norm.dtype(), DType::F32, "norms are F32");
     check(&model, "gemma3");

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use half::bf16;
 use nnx::models::gpt2::{Gpt2, Gpt2Config};
-use nnx::models::llama::{Llama, LlamaConfig};
+use nnx::models::llama::{DecoderConfig, Llama, LlamaConfig};
 use nnx::nn::{Init, Linear};
 use nnx::{Archive, DType, Error, ImportOptions, Module, Tensor, TensorParallel};
 

@@ -327,3 +327,24 @@ fn stored_rope_rows_keep_the_files_order_and_give_the_same_logits() {
     let diff = max_abs_diff(&a.to_vec::<f32>().unwrap(), &b.to_vec::<f32>().unwrap(), "logits");
     assert!(diff < 1e-5, "stored order vs reordered rows: {diff}");
 }
+
+#[test]
+fn qwen3_moe_gguf_files_route_as_transformers() {
+    let reference = json(case("qwen3moe").join("reference.json"));
+    let (ours, loaded) = logits("qwen3moe", "model-f32.gguf");
+    assert_eq!(loaded.architecture, "qwen3moe");
+    let diff = max_abs_diff(&ours, &floats(&reference["logits"]), "qwen3moe");
+    println!("qwen3moe model-f32.gguf vs transformers: max abs difference {diff:e}");
+    assert!(diff <= 1e-4, "qwen3moe: the F32 GGUF logits differ from transformers' by {diff}");
+    // The experts are the file's stacked entries, mapped: nothing copied.
+    let archive = nnx::Archive::open(case("qwen3moe").join("model-f32.gguf")).unwrap();
+    let info = archive.info("blk.0.ffn_gate_exps.weight").unwrap();
+    assert_eq!(info.shape, [8, 48, 64]);
+    // The transformers folder keeps one tensor per expert; its BF16 weights are the ones the
+    // F32 file was converted from, and stacked they give the same logits.
+    let folder = nnx::models::load(case("qwen3moe").to_str().unwrap()).unwrap();
+    let from_folder = folder.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&from_folder, &ours, "qwen3moe folder");
+    println!("qwen3moe folder vs model-f32.gguf: max abs difference {diff:e}");
+    assert!(diff <= 1e-2, "qwen3moe: the folder's logits differ from the GGUF file's by {diff}");
+}

@@ -537,14 +537,15 @@ impl Archive {
             .filter(|&heads| heads > 0)
     }
 
-    /// A U8 `[rows, row_bytes]` model tensor over a GGUF entry of `[rows, values]`: the entry's
-    /// ggml type when its rows of blocks are exactly that many bytes.
+    /// A U8 `[.., rows, row_bytes]` model tensor over a GGUF entry of `[.., rows, values]` (a
+    /// matrix, or a stack of them such as a layer's experts): the entry's ggml type when its rows
+    /// of blocks are exactly that many bytes.
     fn packed_type(&self, source: &str, model: (DType, &[usize]), stored: &(DType, Vec<usize>)) -> Option<GgmlType> {
         self.gguf_metadata()?;
-        let (DType::U8, [rows, row_bytes]) = model else { return None };
-        let [stored_rows, values] = stored.1.as_slice() else { return None };
+        let (DType::U8, [outer @ .., row_bytes]) = model else { return None };
+        let [stored_outer @ .., values] = stored.1.as_slice() else { return None };
         let ty = self.ggml_type(source)?;
-        (stored_rows == rows && ty.row_bytes(*values) == Some(*row_bytes)).then_some(ty)
+        (!outer.is_empty() && stored_outer == outer && ty.row_bytes(*values) == Some(*row_bytes)).then_some(ty)
     }
 
     fn plan_rows(&self, mut rows: Vec<Row>, target: &str, prefix: &str, options: &ImportOptions) -> Result<ImportPlan> {

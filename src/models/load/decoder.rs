@@ -8,10 +8,11 @@ use nnx_core::quant::ggml::GgmlLinear;
 use super::super::gemma3::Gemma3;
 use super::super::llama::Llama;
 use super::super::lora::Lora;
+use super::super::moe::Experts;
 use super::super::qwen::Qwen;
 use super::super::{Affine, CausalLm, Dense, Ggml, MapWeights, Seed, TokenEmbedding};
 use super::Files;
-use super::device::{HostTarget, Target, attach_to, ggml_meta, pack_embedding};
+use super::device::{HostTarget, Target, attach_to, ggml_meta, pack_embedding, pack_experts};
 use super::folder::Kind;
 use crate::{Archive, Device, Host, ImportOptions, Module, Result};
 
@@ -19,7 +20,7 @@ use crate::{Archive, Device, Host, ImportOptions, Module, Result};
 /// them: the dense meta model is `Self`, its ggml form `Ggml<D>`; where a GGUF file's embedding,
 /// rotary rows, head and run-time adapters go. Their forms over other weight kinds come from the
 /// derive's [`MapWeights`].
-pub(super) trait Decoder: Module + Sized + 'static {
+pub(super) trait Decoder: Module + Clone + Sized + 'static {
     /// The model over ggml blocks on `D`.
     type Ggml<D: Device>;
 
@@ -32,6 +33,11 @@ pub(super) trait Decoder: Module + Sized + 'static {
         false
     }
 
+    /// The stacks of experts; none in a dense decoder.
+    fn experts(&mut self) -> Vec<ExpertStack<'_>> {
+        Vec::new()
+    }
+
     /// The output projection of the ggml form (`None`: tied to the embedding).
     fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>>;
 
@@ -41,6 +47,37 @@ pub(super) trait Decoder: Module + Sized + 'static {
         adapters: &[(crate::adapter::Adapter, f32)],
         metadata: &crate::gguf::Metadata,
     ) -> Result<Box<dyn CausalLm<Device = Host>>>;
+}
+
+/// A stack of experts as the loader fills it: from a GGUF file's stacked entry in place, or from
+/// a transformers folder's tensors of one expert each, stacked.
+pub(super) struct ExpertStack<'a> {
+    /// Its model path (`layers.0.moe.gate`).
+    pub(super) path: String,
+    /// The folder's name of each expert's tensor, `{}` standing for the expert.
+    pub(super) per_expert: String,
+    /// The stack.
+    pub(super) experts: &'a mut Experts,
+}
+
+/// The import options that stack each expert tensor of a transformers folder into the model's
+/// stacks (one copy of each stack: the folder keeps experts apart, the products read them
+/// together).
+fn stacked_experts<M: Decoder>(dense: &mut M) -> ImportOptions {
+    let mut options = ImportOptions::default();
+    for stack in dense.experts() {
+        let count = stack.experts.dims()[0];
+        let names: Vec<String> = (0..count).map(|at| stack.per_expert.replace("{}", &at.to_string())).collect();
+        options = options.hook(format!("{}.weight", stack.path), names.clone(), move |archive, context| {
+            let mut bytes = Vec::new();
+            for name in &names {
+                let tensor = archive.tensor(name, context.dtype, &context.shape[1..])?;
+                bytes.extend_from_slice(&tensor.to_bytes()?);
+            }
+            crate::Tensor::from_bytes(context.dtype, context.shape, &bytes)
+        });
+    }
+    options
 }
 
 /// `model` (a decoder over ggml blocks) with `adapters` beside its projections, each a
@@ -91,6 +128,21 @@ impl Decoder for Qwen {
 
     fn embed(&mut self) -> &mut TokenEmbedding {
         &mut self.embed
+    }
+
+    fn experts(&mut self) -> Vec<ExpertStack<'_>> {
+        let sparse = self.layers.iter_mut().enumerate().filter_map(|(at, layer)| Some((at, layer.moe.as_mut()?)));
+        sparse
+            .flat_map(|(at, moe)| {
+                [("gate", &mut moe.gate), ("up", &mut moe.up), ("down", &mut moe.down)].map(|(name, experts)| {
+                    ExpertStack {
+                        path: format!("layers.{at}.moe.{name}"),
+                        per_expert: format!("model.layers.{at}.mlp.experts.{{}}.{name}_proj.weight"),
+                        experts,
+                    }
+                })
+            })
+            .collect()
     }
 
     fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
@@ -162,6 +214,7 @@ where
         let mut dense = *self;
         let archive = &files.archive;
         pack_embedding::<D, T>(archive, dense.embed())?;
+        pack_experts::<D, T, M>(archive, &files.path, &mut dense)?;
         let options = match dense.keep_stored_rope_rows() {
             true => ImportOptions::default().with_stored_rope_rows(),
             false => ImportOptions::default(),
@@ -171,9 +224,12 @@ where
     }
 
     fn folder(self: Box<Self>, files: &Files, kind: Kind, target: &T) -> Result<Box<dyn CausalLm<Device = D>>> {
+        let mut dense = *self;
+        let options = stacked_experts(&mut dense);
         files.assemble(
-            *self,
+            dense,
             kind,
+            &options,
             target,
             |dense, f| MapWeights::<Dense, Affine>::map_weights_at(dense, "", f),
             |dense, f| MapWeights::<Dense, Seed>::map_weights_at(dense, "", f),
@@ -223,13 +279,19 @@ where
     SeedForm<M>: Module,
 {
     fn plan_dense(&self, archive: &Archive) -> Result<crate::ImportPlan> {
-        archive.import_plan(self, "")
+        match archive.gguf_metadata() {
+            Some(_) => archive.import_plan(self, ""),
+            None => archive.import_plan_with(self, "", &stacked_experts(&mut self.clone())),
+        }
     }
 
     fn plan_folder(&self, files: &Files, kind: Kind) -> Result<crate::ImportPlan> {
+        let mut dense = self.clone();
+        let options = stacked_experts(&mut dense);
         files.plan_folder(
             self,
             kind,
+            &options,
             |dense, f| MapWeights::<Dense, Affine>::map_weights_at(dense, "", f),
             |dense, f| MapWeights::<Dense, Seed>::map_weights_at(dense, "", f),
         )

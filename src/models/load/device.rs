@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
 
+use super::super::moe::Experts;
 use super::super::{CausalLm, TokenEmbedding};
 use super::decoder::Decoder;
 use super::folder::Stems;
@@ -175,6 +176,36 @@ pub(super) fn pack_embedding<D: Device, T: Target<D>>(archive: &Archive, embed: 
     // A missing entry is named by the import.
     if let Some(ty) = archive.ggml_type("token_embd.weight") {
         *embed = TokenEmbedding::packed_meta(vocab, hidden, ty)?;
+    }
+    Ok(())
+}
+
+/// Makes each stack of experts of `dense` a meta stack of its GGUF entry's ggml blocks, which
+/// the import then maps: a token's product reads its experts' rows where the file holds them.
+/// A target that does not compute over packed blocks in place refuses a mixture of experts.
+pub(super) fn pack_experts<D: Device, T: Target<D>, M: Decoder>(
+    archive: &Archive,
+    path: &std::path::Path,
+    dense: &mut M,
+) -> Result<()> {
+    let paths: Vec<String> = dense.experts().into_iter().map(|stack| stack.path).collect();
+    if paths.is_empty() {
+        return Ok(());
+    }
+    if !T::PACKED_EMBEDDING {
+        return Err(super::super::decoder::unusable(
+            path,
+            "is a mixture of experts, which nnx runs on the host: run it with `--device cpu`".into(),
+        ));
+    }
+    let stems = Stems::new(dense, Naming::Gguf);
+    let names: Vec<String> = paths.iter().map(|path| format!("{}.weight", stems.of(path))).collect();
+    for (stack, name) in dense.experts().into_iter().zip(names) {
+        // A missing entry is named by the import.
+        if let Some(ty) = archive.ggml_type(&name) {
+            let [count, out, input] = stack.experts.dims();
+            *stack.experts = Experts::packed_meta(count, out, input, ty)?;
+        }
     }
     Ok(())
 }

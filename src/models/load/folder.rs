@@ -81,6 +81,7 @@ impl Files {
         &self,
         dense: &M,
         kind: Kind,
+        options: &ImportOptions,
         affine: impl FnOnce(&M, &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<A>,
         seed: impl FnOnce(&M, &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<S>,
     ) -> Result<crate::ImportPlan> {
@@ -94,13 +95,12 @@ impl Files {
                 let quantized = affine(dense, &meta)?;
                 self.archive.import_plan_with(&quantized, "", &self.quantized_embedding()?)
             }
-            Kind::Dense(_) => self.archive.import_plan(dense, ""),
+            Kind::Dense(_) => self.archive.import_plan_with(dense, "", options),
         }
     }
 }
 
 impl Files {
-    /// The dense model as it is, or with MLX affine layers over itimpl Files {
     /// The dense model as it is, or with MLX affine layers over it (`affine` is the family's
     /// `map_weights::<Affine>`).
     #[allow(clippy::type_complexity)]
@@ -108,6 +108,7 @@ impl Files {
         &self,
         dense: M,
         kind: Kind,
+        options: &ImportOptions,
         target: &T,
         affine: impl FnOnce(&M, &dyn Fn(&str, &Linear) -> Result<QuantizedLinear>) -> Result<A>,
         seed: impl FnOnce(&M, &dyn Fn(&str, &Linear) -> Result<SeedLinear>) -> Result<S>,
@@ -130,7 +131,7 @@ impl Files {
                 let quantized = affine(&dense, &meta)?;
                 target.finish_with(quantized, &self.archive, &self.quantized_embedding()?)
             }
-            Kind::Dense(_) => target.finish(dense, &self.archive),
+            Kind::Dense(_) => target.finish_with(dense, &self.archive, options),
         }
     }
 

@@ -1,0 +1,181 @@
+//! Mixture-of-experts feed-forward layers: a router picks each token's top-k experts and their
+//! outputs are summed by the router's weights. The experts of a layer are stacked tensors
+//! ([`Experts`]); from a GGUF file they are the file's packed blocks, mapped, so that a token
+//! reads only its experts' rows, and a pass groups its tokens by expert so that each expert's
+//! rows are read once per pass.
+
+use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
+
+use super::{Dense, Project, Weights};
+use crate::nn::{Init, Linear};
+use crate::{Compute, DType, Device, Host, Module, Tensor};
+
+/// One projection per expert, stacked on the first axis: float `[experts, out, in]`, or (from
+/// a GGUF file, whose `ffn_*_exps` entries stack them so) the packed ggml rows
+/// `U8 [experts, out, row_bytes]` exactly as the file stores them. An expert's product is a view
+/// of its rows: nothing is copied, and an expert no token is routed to is never read.
+#[derive(Module, Clone, Debug)]
+pub struct Experts<D: Device = Host> {
+    /// The stacked weights: float `[experts, out, in]`, or U8 `[experts, out, row_bytes]` when
+    /// [`Self::ggml`] is set.
+    pub weight: Tensor<D>,
+    /// The ggml type of the rows and their width in values, when the weights are packed.
+    #[nnx(skip)]
+    pub ggml: Option<(GgmlType, usize)>,
+}
+
+impl Experts {
+    /// `experts` float projections of `input -> out`, each initialised as a [`Linear`] is.
+    pub fn new(experts: usize, out: usize, input: usize, dtype: DType, init: Init) -> Experts {
+        let weight = match init {
+            Init::Meta => Tensor::meta(dtype, &[experts, out, input]),
+            init => {
+                let stacked = Linear::builder(input, experts * out).bias(false).dtype(dtype).init(init).build();
+                stacked.weight.reshape(&[experts, out, input]).expect("the same number of values")
+            }
+        };
+        Experts { weight, ggml: None }
+    }
+
+    /// A meta stack of `experts` projections of `input -> out` packed as `ty`, for importing the
+    /// blocks of a GGUF entry as they are.
+    ///
+    /// # Errors
+    /// [`Error::GgmlRow`](crate::Error::GgmlRow) when `input` is not a whole number of `ty`'s
+    /// blocks.
+    pub fn packed_meta(experts: usize, out: usize, input: usize, ty: GgmlType) -> crate::Result<Experts> {
+        let row_bytes = ty.row_bytes(input).ok_or(crate::Error::GgmlRow {
+            op: "Experts::packed_meta",
+            ty: ty.name(),
+            block_size: ty.block_size(),
+            values: input,
+            bytes: 0,
+        })?;
+        Ok(Experts { weight: Tensor::meta(DType::U8, &[experts, out, row_bytes]), ggml: Some((ty, input)) })
+    }
+
+    /// `[experts, out, in]`: the shape of the float weights these stand for.
+    pub fn dims(&self) -> [usize; 3] {
+        let shape = self.weight.shape();
+        [shape[0], shape[1], self.ggml.map_or(shape[2], |(_, input)| input)]
+    }
+}
+
+impl<D: Device> Experts<D>
+where
+    Tensor<D>: Compute,
+    GgmlLinear<D>: Project<D>,
+{
+    /// `x` `[rows, in]` through expert `expert`: `[rows, out]` in f32, reading that expert's
+    /// rows of the stack in place.
+    ///
+    /// # Errors
+    /// An expert past the stack, or a last axis of `x` that is not `in`.
+    pub fn project(&self, expert: usize, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
+        let shape = self.weight.shape().to_vec();
+        let one = Compute::reshape(&Compute::narrow(&self.weight, 0, expert, 1)?, &shape[1..])?;
+        match self.ggml {
+            Some((ty, input)) => GgmlLinear::new(one, None, ty, input)?.project(x),
+            None => Compute::linear(x, &one, None),
+        }
+    }
+}
+
+/// How a router's logits pick and weigh a token's experts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Routing {
+    /// Experts per token.
+    pub top_k: usize,
+    /// Whether the chosen experts' weights are divided by their sum (Qwen3-MoE's
+    /// `norm_topk_prob`), rather than kept as the softmax over all experts gave them.
+    pub normalize: bool,
+}
+
+impl Routing {
+    /// The experts of one token and their weights, from its router `logits`: the softmax over
+    /// every expert (in f32), its `top_k` largest (the lower index first on a tie), and their
+    /// probabilities, normalized when [`Routing::normalize`] says.
+    pub fn route(&self, logits: &[f32]) -> Vec<(usize, f32)> {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> = logits.iter().map(|&logit| (logit - max).exp()).collect();
+        let total: f32 = exps.iter().sum();
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| exps[b].total_cmp(&exps[a]).then(a.cmp(&b)));
+        order.truncate(self.top_k);
+        let chosen: f32 = order.iter().map(|&expert| exps[expert]).sum();
+        let divisor = if self.normalize { chosen } else { total };
+        order.into_iter().map(|expert| (expert, exps[expert] / divisor)).collect()
+    }
+}
+
+/// A mixture-of-experts feed-forward network with SwiGLU experts (Qwen3-MoE):
+/// `sum_k w_k * down_k(silu(gate_k(x)) * up_k(x))` over the experts the router picks.
+#[derive(Module, Clone, Debug)]
+pub struct Moe<D: Device = Host, W: Weights = Dense> {
+    /// The router: `hidden -> experts` logits.
+    #[nnx(from = "gate", gguf = "ffn_gate_inp")]
+    pub router: W::Layer<D>,
+    /// Gate projections, `hidden -> inner` each.
+    #[nnx(gguf = "ffn_gate_exps")]
+    pub gate: Experts<D>,
+    /// Up projections, `hidden -> inner` each.
+    #[nnx(gguf = "ffn_up_exps")]
+    pub up: Experts<D>,
+    /// Down projections, `inner -> hidden` each.
+    #[nnx(gguf = "ffn_down_exps")]
+    pub down: Experts<D>,
+    /// How the router picks.
+    #[nnx(skip)]
+    pub routing: Routing,
+}
+
+impl Moe {
+    /// `experts` experts of `hidden -> inner -> hidden` and their router, in `dtype`.
+    pub fn new(hidden: usize, inner: usize, experts: usize, routing: Routing, dtype: DType, init: Init) -> Moe {
+        Moe {
+            router: Linear::builder(hidden, experts).bias(false).dtype(dtype).init(init.at("router")).build(),
+            gate: Experts::new(experts, inner, hidden, dtype, init.at("gate")),
+            up: Experts::new(experts, inner, hidden, dtype, init.at("up")),
+            down: Experts::new(experts, hidden, inner, dtype, init.at("down")),
+            routing,
+        }
+    }
+}
+
+impl<D: Device, W: Weights> Moe<D, W>
+where
+    Tensor<D>: Compute,
+    W::Layer<D>: Project<D>,
+    GgmlLinear<D>: Project<D>,
+{
+    /// The network on `x` `[rows, hidden]`: each row's experts picked by the router, the rows
+    /// grouped by expert so that each expert runs once on all the rows routed to it, and the
+    /// outputs summed by the router's weights in expert order; `[rows, hidden]` in f32.
+    ///
+    /// # Errors
+    /// A last axis of `x` that is not `hidden`.
+    pub fn forward(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
+        let (rows, hidden) = (x.shape()[0], x.shape()[1]);
+        let logits = Compute::to_f32_vec(&self.router.project(x)?)?;
+        let experts = self.gate.weight.shape()[0];
+        let mut routed: Vec<Vec<(u32, f32)>> = vec![Vec::new(); experts];
+        for (row, logits) in logits.chunks_exact(experts.max(1)).enumerate() {
+            for (expert, weight) in self.routing.route(logits) {
+                routed[expert].push((row as u32, weight));
+            }
+        }
+        let x = Compute::to_dtype(x, DType::F32)?;
+        let mut out = vec![0f32; rows * hidden];
+        for (expert, tokens) in routed.iter().enumerate().filter(|(_, tokens)| !tokens.is_empty()) {
+            let ids: Vec<u32> = tokens.iter().map(|&(row, _)| row).collect();
+            let xs = if ids.len() == rows { x.clone() } else { Compute::embedding(&x, &ids)? };
+            let gated = self.gate.project(expert, &xs)?.silu()?.mul(&self.up.project(expert, &xs)?)?;
+            let down = Compute::to_f32_vec(&self.down.project(expert, &gated)?)?;
+            for (&(row, weight), values) in tokens.iter().zip(down.chunks_exact(hidden)) {
+                let sum = &mut out[row as usize * hidden..][..hidden];
+                sum.iter_mut().zip(values).for_each(|(sum, value)| *sum += weight * value);
+            }
+        }
+        crate::Placer::new(x.device()).tensor(&Tensor::from_vec(out, &[rows, hidden])?)
+    }
+}
