@@ -179,3 +179,44 @@ where
         crate::Placer::new(x.device()).tensor(&Tensor::from_vec(out, &[rows, hidden])?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_picks_the_top_k_and_weighs_them_as_the_softmax_says() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0];
+        let exps: Vec<f32> = logits.iter().map(|&logit| (logit - 3.0f32).exp()).collect();
+        let total: f32 = exps.iter().sum();
+        // A tie goes to the lower index, as the chosen pair is ordered.
+        let normalized = Routing { top_k: 2, normalize: true }.route(&logits);
+        assert_eq!(normalized, [(1, 0.5), (3, 0.5)]);
+        let kept = Routing { top_k: 3, normalize: false }.route(&logits);
+        assert_eq!(kept.iter().map(|&(expert, _)| expert).collect::<Vec<_>>(), [1, 3, 2]);
+        assert!((kept[2].1 - exps[2] / total).abs() < 1e-7);
+    }
+
+    #[test]
+    fn a_pass_equals_each_row_through_its_experts_alone() {
+        let routing = Routing { top_k: 2, normalize: true };
+        let moe = Moe::new(8, 6, 4, routing, DType::F32, Init::Seeded(5));
+        let x = Tensor::from_vec((0..24).map(|at| (at as f32 * 0.37).sin()).collect::<Vec<_>>(), &[3, 8]).unwrap();
+        let all = moe.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        for row in 0..3 {
+            let one = moe.forward(&x.narrow(0, row, 1).unwrap().contiguous()).unwrap().to_vec::<f32>().unwrap();
+            let logits = moe.router.forward(&x.narrow(0, row, 1).unwrap()).unwrap().to_vec::<f32>().unwrap();
+            let mut expected = vec![0f32; 8];
+            for (expert, weight) in routing.route(&logits) {
+                let xs = x.narrow(0, row, 1).unwrap().contiguous();
+                let gated =
+                    moe.gate.project(expert, &xs).unwrap().silu().unwrap().mul(&moe.up.project(expert, &xs).unwrap());
+                let down = moe.down.project(expert, &gated.unwrap()).unwrap().to_vec::<f32>().unwrap();
+                expected.iter_mut().zip(down).for_each(|(sum, value)| *sum += weight * value);
+            }
+            for ((a, b), c) in all[row * 8..][..8].iter().zip(&one).zip(&expected) {
+                assert!((a - b).abs() < 1e-6 && (a - c).abs() < 1e-6, "{a} {b} {c}");
+            }
+        }
+    }
+}
