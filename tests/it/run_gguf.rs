@@ -348,3 +348,43 @@ fn qwen3_moe_gguf_files_route_as_transformers() {
     println!("qwen3moe folder vs model-f32.gguf: max abs difference {diff:e}");
     assert!(diff <= 1e-2, "qwen3moe: the folder's logits differ from the GGUF file's by {diff}");
 }
+
+#[test]
+fn quantized_qwen3_moe_experts_are_read_in_their_stored_blocks() {
+    use nnx::models::moe::Experts;
+    // llama.cpp's quantizer keeps the experts' odd widths (48, 64) in Q8_0, Q5_0 and F16 blocks;
+    // each stack is read in its own type, and an expert's product over its packed rows is the
+    // product over the rows decoded (up to the activations' rounding to 8-bit blocks, as
+    // llama.cpp rounds them).
+    let x: Vec<f32> = (0..3 * 64).map(|at| (at as f32 * 0.61).sin()).collect();
+    let h: Vec<f32> = (0..3 * 48).map(|at| (at as f32 * 0.43).cos()).collect();
+    for file in ["model-q8_0.gguf", "model-q4_k_m.gguf"] {
+        let archive = nnx::Archive::open(case("qwen3moe").join(file)).unwrap();
+        for name in ["blk.0.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"] {
+            let stored = archive.ggml(name).unwrap();
+            let [count, out, input] = stored.shape[..] else { panic!("{name}: {:?}", stored.shape) };
+            let row_bytes = stored.ty.row_bytes(input).unwrap();
+            let packed = Experts {
+                weight: stored.data.reshape(&[count, out, row_bytes]).unwrap(),
+                ggml: Some((stored.ty, input)),
+            };
+            let decoded = Experts { weight: stored.dequantize().unwrap(), ggml: None };
+            let x = nnx::Tensor::from_vec(if input == 64 { x.clone() } else { h.clone() }, &[3, input]).unwrap();
+            for expert in 0..count {
+                let ours = packed.project(expert, &x).unwrap().to_vec::<f32>().unwrap();
+                let theirs = decoded.project(expert, &x).unwrap().to_vec::<f32>().unwrap();
+                let scale = theirs.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let diff = max_abs_diff(&ours, &theirs, name);
+                assert!(
+                    diff <= 2e-2 * scale,
+                    "{file} {name} ({}) expert {expert}: {diff} of {scale}",
+                    stored.ty.name()
+                );
+            }
+        }
+        // The whole model runs over them.
+        let (logits, loaded) = logits("qwen3moe", file);
+        assert!(logits.len() == 16 * 320 && logits.iter().all(|v| v.is_finite()), "{file}");
+        println!("qwen3moe {file}: {}", loaded.weights);
+    }
+}
