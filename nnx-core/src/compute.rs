@@ -66,6 +66,20 @@ pub trait Compute: Sized + Clone {
     /// As [`Tensor::attention_windowed`], and the device's errors.
     fn attention_windowed(q: &Self, k: &Self, v: &Self, key_mask: Option<&[bool]>, window: usize) -> Result<Self>;
 
+    /// Causal attention with one sink logit per query head, over at most `window` recent keys
+    /// (`usize::MAX` for all): gpt-oss ([`Tensor::attention_sinks`]).
+    ///
+    /// # Errors
+    /// As [`Tensor::attention_sinks`], and the device's errors.
+    fn attention_sinks(
+        q: &Self,
+        k: &Self,
+        v: &Self,
+        key_mask: Option<&[bool]>,
+        window: usize,
+        sinks: &[f32],
+    ) -> Result<Self>;
+
     /// `self + rhs` with numpy broadcasting ([`Tensor::add`]).
     ///
     /// # Errors
@@ -407,6 +421,17 @@ impl Compute for Tensor<Host> {
         Tensor::<Host>::attention_windowed(q, k, v, key_mask, window)
     }
 
+    fn attention_sinks(
+        q: &Self,
+        k: &Self,
+        v: &Self,
+        key_mask: Option<&[bool]>,
+        window: usize,
+        sinks: &[f32],
+    ) -> Result<Self> {
+        Tensor::<Host>::attention_sinks(q, k, v, key_mask, window, sinks)
+    }
+
     fn contiguous(&self) -> Result<Self> {
         Ok(Tensor::<Host>::contiguous(self))
     }
@@ -430,6 +455,20 @@ impl Compute for Tensor<crate::Gpu> {
 
     fn attention_windowed(q: &Self, k: &Self, v: &Self, key_mask: Option<&[bool]>, window: usize) -> Result<Self> {
         crate::gpu::attention_windowed(q, k, v, key_mask, window)
+    }
+
+    /// Computed on the host (the GPU has no sink kernel yet): the operands are read back and
+    /// the result uploaded.
+    fn attention_sinks(
+        q: &Self,
+        k: &Self,
+        v: &Self,
+        key_mask: Option<&[bool]>,
+        window: usize,
+        sinks: &[f32],
+    ) -> Result<Self> {
+        let [q_host, k_host, v_host] = [q, k, v].map(Tensor::<crate::Gpu>::to_host);
+        Tensor::<Host>::attention_sinks(&q_host?, &k_host?, &v_host?, key_mask, window, sinks)?.to_device(q.device())
     }
 
     fn contiguous(&self) -> Result<Self> {

@@ -236,6 +236,18 @@ def case_configs(tok_ids):
                           sliding_window=None, attention_bias=False, num_experts=8, num_experts_per_tok=2,
                           moe_intermediate_size=48, norm_topk_prob=True, decoder_sparse_step=1,
                           mlp_only_layers=[])),
+        # gpt-oss: 8 experts of width 64 (a whole number of MXFP4 blocks) with biases, 2 per token (softmax over the chosen logits), the
+        # clamped SwiGLU, attention sinks and biases, YaRN rotary scaling, and a sliding window
+        # of 4 on the even layers. YaRN's ramp is truncated (transformers' default; gpt-oss's
+        # own config says false), as llama.cpp always computes it, so that the GGUF files and
+        # transformers agree.
+        "gpt-oss": ("qwen", transformers.GptOssConfig, transformers.GptOssForCausalLM,
+                    dict(COMMON, intermediate_size=64, num_local_experts=8, num_experts_per_tok=2,
+                         sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                                          "original_max_position_embeddings": 128, "beta_fast": 32.0,
+                                          "beta_slow": 1.0, "truncate": True},
+                         swiglu_limit=7.0, attention_bias=True, tie_word_embeddings=False)),
     }
 
 

@@ -88,7 +88,7 @@ for dir in "$out"/*/; do
     case="$(basename "$dir")"
     [[ -f "$dir/reference.json" ]] || continue
     pre=()
-    [[ $case == qwen* ]] && pre=(--pre qwen2)
+    [[ $case == qwen* || $case == gpt-oss ]] && pre=(--pre qwen2)
     "$oracle/bin/python" "$here/convert.py" "$src" "${pre[@]}" -- "$dir" --outtype f32 \
         --outfile "$dir/model-f32.gguf" > "$dir/convert.log" 2>&1 || { cat "$dir/convert.log"; exit 1; }
     rm -f "$dir/convert.log"

@@ -30,9 +30,22 @@ pub struct RopeParameters {
     /// Llama 3: above this many, they are kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub high_freq_factor: Option<f64>,
-    /// Llama 3: the context the model was first trained for.
+    /// Llama 3 and YaRN: the context the model was first trained for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_max_position_embeddings: Option<usize>,
+    /// YaRN: the rotations per original context below which frequencies are kept (default 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta_fast: Option<f64>,
+    /// YaRN: the rotations above which they are divided by `factor` (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta_slow: Option<f64>,
+    /// YaRN: whether the ramp's ends are rounded to whole dimensions (default true, as
+    /// llama.cpp always does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncate: Option<bool>,
+    /// YaRN: the factor cosines and sines are multiplied by (default `0.1 ln(factor) + 1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_factor: Option<f64>,
     /// Every other field of the object, as read (within a bound).
     #[serde(flatten, skip_deserializing)]
     pub extra: serde_json::Map<String, serde_json::Value>,
@@ -58,9 +71,9 @@ impl RopeParameters {
     }
 
     /// Checks a scaling in the object `field`: one nnx computes (`default`, `linear`,
-    /// `llama3`), a finite positive `factor`, and for Llama 3's finite positive frequency
+    /// `llama3`, `yarn`), a finite positive `factor`, for Llama 3's finite positive frequency
     /// factors, the high one above the low one (the smoothing divides by their difference), and
-    /// a positive original context.
+    /// a positive original context; for YaRN's finite betas and attention factor.
     ///
     /// # Errors
     /// [`crate::Error::Config`] for another scaling, [`crate::Error::ConfigNumber`] or
@@ -88,21 +101,33 @@ impl RopeParameters {
                     self.original_max_position_embeddings.unwrap_or(8192),
                 )
             }
+            "yarn" => {
+                number("factor", self.factor.unwrap_or(1.0))?;
+                number("beta_fast", self.beta_fast.unwrap_or(32.0))?;
+                number("beta_slow", self.beta_slow.unwrap_or(1.0))?;
+                number("attention_factor", self.attention_factor.unwrap_or(1.0))?;
+                checks.positive(
+                    &format!("{field}.original_max_position_embeddings"),
+                    self.original_max_position_embeddings.unwrap_or(1),
+                )
+            }
             other => Err(unusable(
                 checks.path(),
                 format!(
-                    "`{field}` asks for `{other}` rotary embeddings; nnx computes the `default`, `linear` and \
-                     `llama3` ones: remove the scaling to run the model at its original context length"
+                    "`{field}` asks for `{other}` rotary embeddings; nnx computes the `default`, `linear`, \
+                     `llama3` and `yarn` ones: remove the scaling to run the model at its original context length"
                 ),
             )),
         }
     }
 
     /// The divisor of each of the `head_dim / 2` rotary frequencies of a head turned by base
-    /// `theta`: Llama 3's smoothed scaling or linear scaling, `None` unscaled. llama.cpp's
-    /// converter writes the same numbers to a GGUF file as `rope_freqs.weight`.
-    pub fn factors(&self, head_dim: usize, theta: f32) -> Option<Vec<f32>> {
+    /// `theta`: Llama 3's smoothed scaling, YaRN's blend (its original context `context` when
+    /// the object gives none) or linear scaling, `None` unscaled. llama.cpp's converter writes
+    /// Llama 3's numbers to a GGUF file as `rope_freqs.weight`.
+    pub fn factors(&self, head_dim: usize, theta: f32, context: usize) -> Option<Vec<f32>> {
         match self.scaling()? {
+            "yarn" => Some(self.yarn_factors(head_dim, theta, context)),
             "llama3" => Some(nnx_core::llama3_rope_factors(
                 head_dim,
                 theta,
@@ -113,6 +138,43 @@ impl RopeParameters {
             )),
             "linear" => Some(vec![self.factor.unwrap_or(1.0) as f32; head_dim / 2]),
             _ => None,
+        }
+    }
+
+    /// YaRN: pair `i` turns at `1 / divisor` of its unscaled frequency, the divisor blending
+    /// from 1 (pairs that turn more than `beta_fast` times over the original context) to
+    /// `factor` (fewer than `beta_slow` times) along a linear ramp, as transformers and
+    /// llama.cpp compute it.
+    fn yarn_factors(&self, head_dim: usize, theta: f32, context: usize) -> Vec<f32> {
+        let factor = self.factor.unwrap_or(1.0);
+        let original = self.original_max_position_embeddings.unwrap_or(context) as f64;
+        let (dim, base) = (head_dim as f64, f64::from(theta));
+        let corrected =
+            |rotations: f64| dim * (original / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln());
+        let (mut low, mut high) = (corrected(self.beta_fast.unwrap_or(32.0)), corrected(self.beta_slow.unwrap_or(1.0)));
+        if self.truncate.unwrap_or(true) {
+            (low, high) = (low.floor(), high.ceil());
+        }
+        let (low, high) = (low.max(0.0), high.min(dim - 1.0));
+        let span = if high == low { 0.001 } else { high - low };
+        (0..head_dim / 2)
+            .map(|pair| {
+                let kept = 1.0 - ((pair as f64 - low) / span).clamp(0.0, 1.0);
+                (1.0 / ((1.0 - kept) / factor + kept)) as f32
+            })
+            .collect()
+    }
+
+    /// The factor a scaling multiplies cosines and sines by: YaRN's `attention_factor`, else
+    /// `0.1 ln(factor) + 1`; 1 for the others.
+    pub fn attention_scale(&self) -> f32 {
+        match self.scaling() {
+            Some("yarn") => {
+                let factor = self.factor.unwrap_or(1.0);
+                let default = if factor > 1.0 { 0.1 * factor.ln() + 1.0 } else { 1.0 };
+                self.attention_factor.unwrap_or(default) as f32
+            }
+            _ => 1.0,
         }
     }
 }
@@ -205,7 +267,13 @@ pub trait DecoderConfig {
     /// [`RopeParameters::factors`]), `None` unscaled.
     fn rope_factors(&self) -> Option<Vec<f32>> {
         let (_, settings) = self.rope_scaling()?;
-        settings.factors(self.head_dim(), self.theta())
+        settings.factors(self.head_dim(), self.theta(), self.context_length())
+    }
+
+    /// The factor the global layers' rotary embedding multiplies queries and keys by (YaRN's
+    /// attention factor; 1 for the other scalings).
+    fn rope_scale(&self) -> f32 {
+        self.rope_scaling().map_or(1.0, |(_, settings)| settings.attention_scale())
     }
 }
 
@@ -317,11 +385,30 @@ mod tests {
     }
 
     #[test]
+    fn yarn_blends_kept_and_divided_frequencies_along_a_ramp() {
+        let yarn: RopeParameters = serde_json::from_value(serde_json::json!({
+            "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+            "beta_fast": 32.0, "beta_slow": 1.0,
+        }))
+        .unwrap();
+        // head_dim 16, base 150000: the ramp runs from dimension -0.30 to 2.02, rounded to 0
+        // and 3 (llama.cpp's rounding, transformers' default), else kept as it is.
+        let truncated = yarn.factors(16, 150_000.0, 512).unwrap();
+        assert_eq!(truncated.len(), 8);
+        assert_eq!(truncated[0], 1.0);
+        assert!((truncated[1] - 1.0 / (1.0 / 3.0 / 4.0 + 2.0 / 3.0)).abs() < 1e-6, "{truncated:?}");
+        assert!(truncated[3..].iter().all(|&factor| factor == 4.0), "{truncated:?}");
+        let exact = RopeParameters { truncate: Some(false), ..yarn.clone() }.factors(16, 150_000.0, 512).unwrap();
+        assert!(exact[1] != truncated[1] && exact[3..] == truncated[3..], "{exact:?}");
+        assert!((yarn.attention_scale() - (0.1 * 4f32.ln() + 1.0)).abs() < 1e-6);
+    }
+
+    #[test]
     fn a_scaling_nnx_does_not_compute_is_refused_by_name() {
         let path = Path::new("config.json");
-        let config = llama(serde_json::json!({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}));
+        let config = llama(serde_json::json!({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}));
         let error = config.check(path).unwrap_err().to_string();
-        assert!(error.contains("`rope_scaling` asks for `yarn`") && error.contains("config.json"), "{error}");
+        assert!(error.contains("`rope_scaling` asks for `dynamic`") && error.contains("config.json"), "{error}");
         let config = llama(serde_json::json!({
             "rope_parameters": {"rope_type": "llama3", "low_freq_factor": 4.0, "high_freq_factor": 1.0},
         }));

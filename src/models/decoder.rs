@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Dense, Weights};
+use super::{Dense, RopeParameters, Weights};
 use crate::generate::KvCache;
 use crate::gguf::Metadata;
 use crate::nn::RmsNorm;
@@ -24,21 +24,23 @@ pub(crate) fn unusable(path: &Path, message: String) -> crate::Error {
     crate::Error::Config { path: path.to_path_buf(), problem: crate::error::ConfigProblem::NotModelConfig { message } }
 }
 
-/// The rotary embedding of a group of layers: its base and, when it scales, the divisor of
-/// each frequency.
+/// The rotary embedding of a group of layers: its base, when it scales the divisor of each
+/// frequency, and the factor the turned values are multiplied by (YaRN's; else 1).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Rotary {
     pub(crate) theta: f32,
     pub(crate) factors: Option<Vec<f32>>,
+    pub(crate) scale: f32,
 }
 
 impl Rotary {
     /// `x` `[batch, heads, seq, head_dim]` turned to `positions`.
     pub(crate) fn apply<T: Compute>(&self, x: &T, positions: &[usize]) -> crate::Result<T> {
-        match &self.factors {
-            Some(factors) => Compute::rotary_scaled(x, positions, self.theta, factors),
-            None => Compute::rotary(x, positions, self.theta),
-        }
+        let turned = match &self.factors {
+            Some(factors) => Compute::rotary_scaled(x, positions, self.theta, factors)?,
+            None => Compute::rotary(x, positions, self.theta)?,
+        };
+        if self.scale == 1.0 { Ok(turned) } else { turned.scale(self.scale) }
     }
 }
 
@@ -199,13 +201,15 @@ impl<'a> GgufKeys<'a> {
         }
     }
 
-    /// The linear rope scaling factor of `{arch}.rope.scaling.*` (llama.cpp's type defaults
-    /// to linear, and a factor of 0 or none means no scaling).
+    /// The rotary settings of `{arch}.rope.*`: the base `theta` with the scaling of
+    /// `rope.scaling.*` (llama.cpp's type defaults to linear; a factor of 0 or 1, or none, means
+    /// no scaling): linear, or YaRN with its original context and betas (llama.cpp rounds the
+    /// ramp's ends, so `truncate` is set).
     ///
     /// # Errors
     /// [`crate::Error::Config`] for another scaling type or a value of the wrong type,
     /// [`crate::Error::ConfigNumber`] for a factor that is not finite and positive.
-    pub(crate) fn linear_rope_factor(&self) -> crate::Result<Option<f32>> {
+    pub(crate) fn rope(&self, theta: Option<f32>) -> crate::Result<RopeParameters> {
         let (factor, suffix) = match self.number("rope.scaling.factor")? {
             Some(factor) => (Some(factor), "rope.scaling.factor"),
             None => (self.number("rope.scale_linear")?, "rope.scale_linear"),
@@ -216,17 +220,27 @@ impl<'a> GgufKeys<'a> {
             }
             None => "linear",
         };
-        match (kind, factor) {
-            ("none", _) | (_, None) => Ok(None),
-            (_, Some(factor)) if factor == 0.0 || factor == 1.0 => Ok(None),
-            ("linear", Some(factor)) => {
-                super::Checks::new(&self.origin).finite_positive(&self.key(suffix), factor)?;
-                Ok(Some(factor))
-            }
-            (kind, Some(factor)) => Err(unusable(
+        let unscaled = RopeParameters::linear(theta, None);
+        let factor = match (kind, factor) {
+            ("none", _) | (_, None) => return Ok(unscaled),
+            (_, Some(factor)) if factor == 0.0 || factor == 1.0 => return Ok(unscaled),
+            (_, Some(factor)) => factor,
+        };
+        super::Checks::new(&self.origin).finite_positive(&self.key(suffix), factor)?;
+        match kind {
+            "linear" => Ok(RopeParameters::linear(theta, Some(factor))),
+            "yarn" => Ok(RopeParameters {
+                rope_type: Some("yarn".into()),
+                original_max_position_embeddings: self.size("rope.scaling.original_context_length")?,
+                beta_fast: self.number("rope.scaling.yarn_beta_fast")?.map(f64::from),
+                beta_slow: self.number("rope.scaling.yarn_beta_slow")?.map(f64::from),
+                truncate: Some(true),
+                ..RopeParameters::linear(theta, Some(factor))
+            }),
+            kind => Err(unusable(
                 &self.origin,
                 format!(
-                    "`{}` is `{kind}` with factor {factor}; nnx computes linear rope scaling only",
+                    "`{}` is `{kind}` with factor {factor}; nnx computes linear and YaRN rope scaling",
                     self.key("rope.scaling.type")
                 ),
             )),
@@ -471,14 +485,42 @@ where
         v: Tensor<D>,
         window: Option<usize>,
     ) -> crate::Result<Tensor<D>> {
+        self.attend_with(layer, q, k, v, window, None)
+    }
+
+    /// [`Pass::attend`] with one sink logit per query head beside the scores (gpt-oss).
+    pub(crate) fn attend_with_sinks(
+        &mut self,
+        layer: usize,
+        q: &Tensor<D>,
+        k: Tensor<D>,
+        v: Tensor<D>,
+        window: Option<usize>,
+        sinks: &[f32],
+    ) -> crate::Result<Tensor<D>> {
+        self.attend_with(layer, q, k, v, window, Some(sinks))
+    }
+
+    fn attend_with(
+        &mut self,
+        layer: usize,
+        q: &Tensor<D>,
+        k: Tensor<D>,
+        v: Tensor<D>,
+        window: Option<usize>,
+        sinks: Option<&[f32]>,
+    ) -> crate::Result<Tensor<D>> {
         let (keys, values) = match self.cache.as_deref_mut() {
             Some(cache) => cache.update(layer, &k, &v)?,
             None => (k, v),
         };
         let key_mask = self.key_mask.as_deref();
-        let context = match window {
-            Some(window) => Compute::attention_windowed(q, &keys, &values, key_mask, window)?,
-            None => Compute::attention(q, &keys, &values, true, key_mask)?,
+        let context = match (window, sinks) {
+            (window, Some(sinks)) => {
+                Compute::attention_sinks(q, &keys, &values, key_mask, window.unwrap_or(usize::MAX), sinks)?
+            }
+            (Some(window), None) => Compute::attention_windowed(q, &keys, &values, key_mask, window)?,
+            (None, None) => Compute::attention(q, &keys, &values, true, key_mask)?,
         };
         let (heads, seq, head_dim) = (q.shape()[1], q.shape()[2], q.shape()[3]);
         Compute::reshape(&context.permute(&[0, 2, 1, 3])?, &[self.batch * seq, heads * head_dim])

@@ -13,6 +13,8 @@ pub enum Network {
     Qwen,
     /// [`Gemma3`](super::gemma3::Gemma3).
     Gemma3,
+    /// [`GptOss`](super::gpt_oss::GptOss).
+    GptOss,
     /// [`Gpt2`](super::gpt2::Gpt2).
     Gpt2,
     /// [`Bert`](super::bert::Bert), an encoder: it embeds text and generates none.
@@ -23,7 +25,7 @@ impl Network {
     /// Whether its model also reads llama.cpp's GGUF names (its fields carry `gguf`
     /// attributes).
     pub fn reads_gguf(self) -> bool {
-        matches!(self, Network::Llama | Network::Qwen | Network::Gemma3)
+        matches!(self, Network::Llama | Network::Qwen | Network::Gemma3 | Network::GptOss)
     }
 }
 
@@ -93,6 +95,13 @@ pub const FAMILIES: &[Family] = &[
         network: Network::Gemma3,
         model_types: &["gemma3_text", "gemma3"],
         gguf_architectures: &["gemma3"],
+        exports_gguf: false,
+    },
+    Family {
+        name: "gpt-oss",
+        network: Network::GptOss,
+        model_types: &["gpt_oss"],
+        gguf_architectures: &["gpt-oss"],
         exports_gguf: false,
     },
     Family {
@@ -192,7 +201,7 @@ mod tests {
         unique.dedup();
         assert_eq!(names.len(), unique.len(), "{names:?}");
         assert_eq!(from_gguf_architecture("mistral"), None, "llama.cpp writes Mistral as `llama`");
-        assert_eq!(supported(true), "llama, qwen2, qwen3, qwen3moe, gemma3");
-        assert_eq!(supported(false), "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gpt2");
+        assert_eq!(supported(true), "llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss");
+        assert_eq!(supported(false), "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gpt_oss, gpt2");
     }
 }

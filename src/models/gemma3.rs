@@ -178,7 +178,7 @@ impl Gemma3Config {
         let head_dim = keys.size("attention.key_length")?.unwrap_or(hidden_size / num_attention_heads.max(1));
         let theta = |suffix: &str| keys.number(suffix).map(|theta| Some(theta.unwrap_or(10_000.0)));
         let rope_parameters = Gemma3RopeParameters {
-            full_attention: Some(RopeParameters::linear(theta("rope.freq_base")?, keys.linear_rope_factor()?)),
+            full_attention: Some(keys.rope(theta("rope.freq_base")?)?),
             sliding_attention: Some(RopeParameters::linear(theta("rope.freq_base_swa")?, None)),
             extra: serde_json::Map::new(),
         };
@@ -284,7 +284,7 @@ impl Gemma3Config {
         }
         let local = self.local_rope();
         let theta = local.and_then(|rope| rope.rope_theta).or(self.rope_local_base_freq).unwrap_or(10_000.0);
-        (theta, local.and_then(|rope| rope.factors(self.head_dim, theta)))
+        (theta, local.and_then(|rope| rope.factors(self.head_dim, theta, self.context_length())))
     }
 }
 
@@ -439,7 +439,11 @@ where
         let (heads, kv_heads, head_dim) = (config.num_attention_heads, config.num_key_value_heads, config.head_dim);
         let [global, local] = [false, true].map(|sliding| {
             let (theta, factors) = config.rope_of(sliding);
-            Rotary { theta, factors }
+            let scale = match sliding {
+                true => config.local_rope().map_or(1.0, RopeParameters::attention_scale),
+                false => config.rope_scale(),
+            };
+            Rotary { theta, factors, scale }
         });
         // The attention kernel divides scores by sqrt(head_dim); Gemma divides them by
         // sqrt(query_pre_attn_scalar).

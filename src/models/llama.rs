@@ -124,7 +124,7 @@ impl LlamaConfig {
             rms_norm_eps: keys.number("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
             tie_word_embeddings: tied,
             rope_theta: Some(keys.number("rope.freq_base")?.unwrap_or(10_000.0)),
-            rope_parameters: keys.linear_rope_factor()?.map(|factor| RopeParameters::linear(None, Some(factor))),
+            rope_parameters: Some(keys.rope(None)?).filter(|rope| rope.factor.is_some()),
             rope_scaling: None,
             extra,
         };
@@ -296,7 +296,7 @@ where
             Some(factors) => Some(Compute::to_host(factors)?.to_dtype(DType::F32)?.to_vec::<f32>()?),
             None => None,
         };
-        let rotary = Rotary { theta: config.theta(), factors };
+        let rotary = Rotary { theta: config.theta(), factors, scale: config.rope_scale() };
         let mut h = self.embed.forward(ids)?;
         for (index, layer) in self.layers.iter().enumerate() {
             let attn = &layer.attn;

@@ -18,6 +18,7 @@ use folder::{FolderConfig, Kind};
 use super::CausalLm;
 use super::family::{self, Network};
 use super::gemma3::{Gemma3, Gemma3Config};
+use super::gpt_oss::{GptOss, GptOssConfig};
 use super::gpt2::{Gpt2, Gpt2Config};
 use super::llama::{Llama, LlamaConfig};
 use super::qwen::{Qwen, QwenConfig};
@@ -473,6 +474,11 @@ impl MetaModel {
                 DType::F32,
                 meta,
             ))),
+            Network::GptOss => MetaModel::Decoder(Box::new(GptOss::new(
+                &GptOssConfig::from_gguf_at(metadata, tied, path)?,
+                DType::F32,
+                meta,
+            ))),
             Network::Gpt2 | Network::Bert => {
                 return Err(super::decoder::unusable(
                     path,
@@ -499,6 +505,9 @@ impl MetaModel {
             Network::Qwen => MetaModel::Decoder(Box::new(Qwen::new(&QwenConfig::from_file(config_path)?, dtype, meta))),
             Network::Gemma3 => {
                 MetaModel::Decoder(Box::new(Gemma3::new(&Gemma3Config::from_file(config_path)?, dtype, meta)))
+            }
+            Network::GptOss => {
+                MetaModel::Decoder(Box::new(GptOss::new(&GptOssConfig::from_file(config_path)?, dtype, meta)))
             }
             Network::Gpt2 => MetaModel::Gpt2(Gpt2::new(&Gpt2Config::from_file(config_path)?, dtype, meta)),
             Network::Bert => {

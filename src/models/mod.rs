@@ -9,6 +9,7 @@ pub mod family;
 pub mod gemma3;
 pub mod gguf;
 pub mod gpt2;
+pub mod gpt_oss;
 pub mod llama;
 #[cfg(feature = "text")]
 mod load;

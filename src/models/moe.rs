@@ -19,6 +19,8 @@ pub struct Experts<D: Device = Host> {
     /// The stacked weights: float `[experts, out, in]`, or U8 `[experts, out, row_bytes]` when
     /// [`Self::ggml`] is set.
     pub weight: Tensor<D>,
+    /// Each expert's bias, `[experts, out]` (gpt-oss).
+    pub bias: Option<Tensor<D>>,
     /// The ggml type of the rows and their width in values, when the weights are packed.
     #[nnx(skip)]
     pub ggml: Option<(GgmlType, usize)>,
@@ -34,7 +36,18 @@ impl Experts {
                 stacked.weight.reshape(&[experts, out, input]).expect("the same number of values")
             }
         };
-        Experts { weight, ggml: None }
+        Experts { weight, bias: None, ggml: None }
+    }
+
+    /// These experts with a zero bias each, in `dtype`.
+    #[must_use]
+    pub fn with_bias(mut self, dtype: DType) -> Experts {
+        let [experts, out, _] = self.dims();
+        self.bias = Some(match self.weight.is_meta() {
+            true => Tensor::meta(dtype, &[experts, out]),
+            false => Tensor::zeros(dtype, &[experts, out]),
+        });
+        self
     }
 
     /// A meta stack of `experts` projections of `input -> out` packed as `ty`, for importing the
@@ -51,7 +64,7 @@ impl Experts {
             values: input,
             bytes: 0,
         })?;
-        Ok(Experts { weight: Tensor::meta(DType::U8, &[experts, out, row_bytes]), ggml: Some((ty, input)) })
+        Ok(Experts { weight: Tensor::meta(DType::U8, &[experts, out, row_bytes]), bias: None, ggml: Some((ty, input)) })
     }
 
     /// `[experts, out, in]`: the shape of the float weights these stand for.
@@ -74,9 +87,13 @@ where
     pub fn project(&self, expert: usize, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
         let shape = self.weight.shape().to_vec();
         let one = Compute::reshape(&Compute::narrow(&self.weight, 0, expert, 1)?, &shape[1..])?;
+        let bias = match &self.bias {
+            Some(bias) => Some(Compute::reshape(&Compute::narrow(bias, 0, expert, 1)?, &[shape[1]])?),
+            None => None,
+        };
         match self.ggml {
-            Some((ty, input)) => GgmlLinear::new(one, None, ty, input)?.project(x),
-            None => Compute::linear(x, &one, None),
+            Some((ty, input)) => GgmlLinear::new(one, bias, ty, input)?.project(x),
+            None => Compute::linear(x, &one, bias.as_ref()),
         }
     }
 }
@@ -155,29 +172,80 @@ where
     /// # Errors
     /// A last axis of `x` that is not `hidden`.
     pub fn forward(&self, x: &Tensor<D>) -> crate::Result<Tensor<D>> {
-        let (rows, hidden) = (x.shape()[0], x.shape()[1]);
         let logits = Compute::to_f32_vec(&self.router.project(x)?)?;
-        let experts = self.gate.weight.shape()[0];
-        let mut routed: Vec<Vec<(u32, f32)>> = vec![Vec::new(); experts];
-        for (row, logits) in logits.chunks_exact(experts.max(1)).enumerate() {
-            for (expert, weight) in self.routing.route(logits) {
-                routed[expert].push((row as u32, weight));
-            }
-        }
-        let x = Compute::to_dtype(x, DType::F32)?;
-        let mut out = vec![0f32; rows * hidden];
-        for (expert, tokens) in routed.iter().enumerate().filter(|(_, tokens)| !tokens.is_empty()) {
-            let ids: Vec<u32> = tokens.iter().map(|&(row, _)| row).collect();
-            let xs = if ids.len() == rows { x.clone() } else { Compute::embedding(&x, &ids)? };
-            let gated = self.gate.project(expert, &xs)?.silu()?.mul(&self.up.project(expert, &xs)?)?;
-            let down = Compute::to_f32_vec(&self.down.project(expert, &gated)?)?;
-            for (&(row, weight), values) in tokens.iter().zip(down.chunks_exact(hidden)) {
-                let sum = &mut out[row as usize * hidden..][..hidden];
-                sum.iter_mut().zip(values).for_each(|(sum, value)| *sum += weight * value);
-            }
-        }
-        crate::Placer::new(x.device()).tensor(&Tensor::from_vec(out, &[rows, hidden])?)
+        routed(&logits, x, [&self.gate, &self.up, &self.down], self.routing, Activation::Silu)
     }
+}
+
+/// How an expert joins its gate and up projections.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    /// `silu(gate) * up` (Qwen3-MoE).
+    Silu,
+    /// gpt-oss's: `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)` with
+    /// `g = min(gate, limit)`.
+    ClampedSwiglu {
+        /// The sigmoid's slope (1.702).
+        alpha: f32,
+        /// The clamp (7).
+        limit: f32,
+    },
+}
+
+/// The experts' output for `x` `[rows, hidden]` given the router's `logits` (`[rows, experts]`,
+/// row-major): each row's experts picked by `routing`, the rows grouped by expert so that each
+/// expert runs once on all the rows routed to it, and the outputs summed by the router's
+/// weights in expert order; `[rows, hidden]` in f32.
+///
+/// # Errors
+/// A last axis of `x` that is not the experts' input width.
+pub(crate) fn routed<D: Device>(
+    logits: &[f32],
+    x: &Tensor<D>,
+    [gate, up, down]: [&Experts<D>; 3],
+    routing: Routing,
+    activation: Activation,
+) -> crate::Result<Tensor<D>>
+where
+    Tensor<D>: Compute,
+    GgmlLinear<D>: Project<D>,
+{
+    let (rows, hidden) = (x.shape()[0], x.shape()[1]);
+    let experts = gate.weight.shape()[0];
+    let mut routed: Vec<Vec<(u32, f32)>> = vec![Vec::new(); experts];
+    for (row, logits) in logits.chunks_exact(experts.max(1)).enumerate() {
+        for (expert, weight) in routing.route(logits) {
+            routed[expert].push((row as u32, weight));
+        }
+    }
+    let x = Compute::to_dtype(x, DType::F32)?;
+    let mut out = vec![0f32; rows * hidden];
+    for (expert, tokens) in routed.iter().enumerate().filter(|(_, tokens)| !tokens.is_empty()) {
+        let ids: Vec<u32> = tokens.iter().map(|&(row, _)| row).collect();
+        let xs = if ids.len() == rows { x.clone() } else { Compute::embedding(&x, &ids)? };
+        let (g, u) = (gate.project(expert, &xs)?, up.project(expert, &xs)?);
+        let gated = match activation {
+            Activation::Silu => g.silu()?.mul(&u)?,
+            Activation::ClampedSwiglu { alpha, limit } => {
+                let (shape, g, u) = (g.shape().to_vec(), Compute::to_f32_vec(&g)?, Compute::to_f32_vec(&u)?);
+                let values = g
+                    .iter()
+                    .zip(&u)
+                    .map(|(&g, &u)| {
+                        let g = g.min(limit);
+                        (u.clamp(-limit, limit) + 1.0) * g / (1.0 + (-alpha * g).exp())
+                    })
+                    .collect();
+                crate::Placer::new(x.device()).tensor(&Tensor::from_vec(values, &shape)?)?
+            }
+        };
+        let down = Compute::to_f32_vec(&down.project(expert, &gated)?)?;
+        for (&(row, weight), values) in tokens.iter().zip(down.chunks_exact(hidden)) {
+            let sum = &mut out[row as usize * hidden..][..hidden];
+            sum.iter_mut().zip(values).for_each(|(sum, value)| *sum += weight * value);
+        }
+    }
+    crate::Placer::new(x.device()).tensor(&Tensor::from_vec(out, &[rows, hidden])?)
 }
 
 #[cfg(test)]

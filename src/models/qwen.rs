@@ -141,7 +141,8 @@ impl QwenConfig {
         let moe = keys.arch() == "qwen3moe";
         let hidden_size = keys.required_size("embedding_length")?;
         let num_attention_heads = keys.required_size("attention.head_count")?;
-        let rope_parameters = keys.linear_rope_factor()?.map(|factor| RopeParameters::linear(None, Some(factor)));
+        let rope = keys.rope(None)?;
+        let rope_parameters = rope.factor.is_some().then_some(rope);
         let config = QwenConfig {
             model_type: if moe { "qwen3_moe".into() } else { keys.arch().to_string() },
             vocab_size: keys.vocab_size()?,
@@ -412,7 +413,7 @@ where
     fn run(&self, ids: &[u32], mut pass: Pass<'_, D>) -> crate::Result<Tensor<D>> {
         let config = &self.config;
         let (heads, kv_heads, head_dim) = (config.num_attention_heads, config.kv_heads(), config.head_dim());
-        let rotary = Rotary { theta: config.theta(), factors: config.rope_factors() };
+        let rotary = Rotary { theta: config.theta(), factors: config.rope_factors(), scale: config.rope_scale() };
         let mut h = self.embed.forward(ids)?;
         for (index, layer) in self.layers.iter().enumerate() {
             let attn = &layer.attn;
@@ -559,7 +560,7 @@ mod tests {
     fn checks_refuse_what_cannot_make_a_model() {
         let path = Path::new("config.json");
         let mut bad = config("qwen3");
-        bad.rope_parameters.as_mut().unwrap().rope_type = Some("yarn".into());
+        bad.rope_parameters.as_mut().unwrap().rope_type = Some("dynamic".into());
         assert!(matches!(bad.check(path), Err(crate::Error::Config { .. })));
         let mut bad = config("qwen3");
         bad.layer_types = Some(vec![FULL.into()]);

@@ -350,41 +350,64 @@ fn qwen3_moe_gguf_files_route_as_transformers() {
 }
 
 #[test]
-fn quantized_qwen3_moe_experts_are_read_in_their_stored_blocks() {
+fn quantized_experts_are_read_in_their_stored_blocks() {
     use nnx::models::moe::Experts;
-    // llama.cpp's quantizer keeps the experts' odd widths (48, 64) in Q8_0, Q5_0 and F16 blocks;
-    // each stack is read in its own type, and an expert's product over its packed rows is the
-    // product over the rows decoded (up to the activations' rounding to 8-bit blocks, as
-    // llama.cpp rounds them).
-    let x: Vec<f32> = (0..3 * 64).map(|at| (at as f32 * 0.61).sin()).collect();
-    let h: Vec<f32> = (0..3 * 48).map(|at| (at as f32 * 0.43).cos()).collect();
-    for file in ["model-q8_0.gguf", "model-q4_k_m.gguf"] {
-        let archive = nnx::Archive::open(case("qwen3moe").join(file)).unwrap();
-        for name in ["blk.0.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"] {
-            let stored = archive.ggml(name).unwrap();
-            let [count, out, input] = stored.shape[..] else { panic!("{name}: {:?}", stored.shape) };
-            let row_bytes = stored.ty.row_bytes(input).unwrap();
-            let packed = Experts {
-                weight: stored.data.reshape(&[count, out, row_bytes]).unwrap(),
-                ggml: Some((stored.ty, input)),
-            };
-            let decoded = Experts { weight: stored.dequantize().unwrap(), ggml: None };
-            let x = nnx::Tensor::from_vec(if input == 64 { x.clone() } else { h.clone() }, &[3, input]).unwrap();
-            for expert in 0..count {
-                let ours = packed.project(expert, &x).unwrap().to_vec::<f32>().unwrap();
-                let theirs = decoded.project(expert, &x).unwrap().to_vec::<f32>().unwrap();
-                let scale = theirs.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let diff = max_abs_diff(&ours, &theirs, name);
-                assert!(
-                    diff <= 2e-2 * scale,
-                    "{file} {name} ({}) expert {expert}: {diff} of {scale}",
-                    stored.ty.name()
-                );
+    // llama.cpp's quantizer writes the experts in Q8_0, Q5_0, MXFP4 and, for widths that are
+    // not whole blocks, F16; each stack is read in its own type, and an expert's product over
+    // its packed rows is the product over the rows decoded (up to the activations' rounding to
+    // 8-bit blocks, as llama.cpp rounds them).
+    let cases = [
+        ("qwen3moe", &["model-q8_0.gguf", "model-q4_k_m.gguf"][..]),
+        ("gpt-oss", &["model-q8_0.gguf", "model-q4_k_m.gguf", "model-mxfp4_moe.gguf"][..]),
+    ];
+    let mut types = std::collections::BTreeSet::new();
+    for (name, files) in cases {
+        for file in files {
+            let archive = nnx::Archive::open(case(name).join(file)).unwrap();
+            for entry in ["blk.0.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"] {
+                let stored = archive.ggml(entry).unwrap();
+                let [count, out, input] = stored.shape[..] else { panic!("{entry}: {:?}", stored.shape) };
+                let row_bytes = stored.ty.row_bytes(input).unwrap();
+                let packed = Experts {
+                    weight: stored.data.reshape(&[count, out, row_bytes]).unwrap(),
+                    bias: None,
+                    ggml: Some((stored.ty, input)),
+                };
+                let decoded = Experts { weight: stored.dequantize().unwrap(), bias: None, ggml: None };
+                let x: Vec<f32> = (0..3 * input).map(|at| (at as f32 * 0.61).sin()).collect();
+                let x = nnx::Tensor::from_vec(x, &[3, input]).unwrap();
+                for expert in 0..count {
+                    let ours = packed.project(expert, &x).unwrap().to_vec::<f32>().unwrap();
+                    let theirs = decoded.project(expert, &x).unwrap().to_vec::<f32>().unwrap();
+                    let scale = theirs.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let diff = max_abs_diff(&ours, &theirs, entry);
+                    let ty = stored.ty.name();
+                    assert!(diff <= 2e-2 * scale, "{name} {file} {entry} ({ty}) expert {expert}: {diff} of {scale}");
+                }
+                types.insert(stored.ty.name());
             }
+            // The whole model runs over them.
+            let (logits, loaded) = logits(name, file);
+            assert!(logits.iter().all(|v| v.is_finite()), "{name} {file}");
+            println!("{name} {file}: {}", loaded.weights);
         }
-        // The whole model runs over them.
-        let (logits, loaded) = logits("qwen3moe", file);
-        assert!(logits.len() == 16 * 320 && logits.iter().all(|v| v.is_finite()), "{file}");
-        println!("qwen3moe {file}: {}", loaded.weights);
     }
+    assert!(["Q8_0", "Q5_0", "MXFP4", "F16"].iter().all(|ty| types.contains(ty)), "{types:?}");
+}
+
+#[test]
+fn gpt_oss_gguf_files_compute_as_transformers() {
+    let reference = json(case("gpt-oss").join("reference.json"));
+    let (ours, loaded) = logits("gpt-oss", "model-f32.gguf");
+    assert_eq!(loaded.architecture, "gpt-oss");
+    let diff = max_abs_diff(&ours, &floats(&reference["logits"]), "gpt-oss");
+    println!("gpt-oss model-f32.gguf vs transformers: max abs difference {diff:e}");
+    assert!(diff <= 1e-4, "gpt-oss: the F32 GGUF logits differ from transformers' by {diff}");
+    // The transformers folder fuses gate and up (interleaved columns, stored input-major) and
+    // keeps the sinks without `.weight`: the same model.
+    let folder = nnx::models::load(case("gpt-oss").to_str().unwrap()).unwrap();
+    let from_folder = folder.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&from_folder, &floats(&reference["logits"]), "gpt-oss folder");
+    println!("gpt-oss folder vs transformers: max abs difference {diff:e}");
+    assert!(diff <= 1e-4, "gpt-oss: the folder's logits differ from transformers' by {diff}");
 }

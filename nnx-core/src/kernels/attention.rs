@@ -156,7 +156,7 @@ impl Tensor {
     /// # Ok::<(), nnx_core::Error>(())
     /// ```
     pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, key_mask: Option<&[bool]>) -> Result<Tensor> {
-        attend(q, k, v, causal, key_mask, usize::MAX, "attention")
+        attend(q, k, v, key_mask, Scores { causal, window: usize::MAX, sinks: None }, "attention")
     }
 
     /// [`Tensor::attention`] with the causal mask on, where a query also sees at most the
@@ -185,7 +185,37 @@ impl Tensor {
         key_mask: Option<&[bool]>,
         window: usize,
     ) -> Result<Tensor> {
-        attend(q, k, v, true, key_mask, window, "attention_windowed")
+        attend(q, k, v, key_mask, Scores { causal: true, window, sinks: None }, "attention_windowed")
+    }
+
+    /// Causal attention with a learned sink per query head (gpt-oss): each head's softmax
+    /// takes one more logit, `sinks[h]`, whose weight goes to no value, so that a query may
+    /// attend to nothing much. With `window`, a query also sees at most that many recent keys
+    /// (`usize::MAX` for all).
+    ///
+    /// # Errors
+    /// As [`Tensor::attention`], and [`Error::LengthMismatch`](crate::Error::LengthMismatch)
+    /// unless there is one sink per query head.
+    ///
+    /// # Examples
+    /// ```
+    /// use nnx_core::Tensor;
+    /// let q = Tensor::from_vec(vec![0.0f32, 0.0], &[1, 1, 1, 2])?;
+    /// let v = Tensor::from_vec(vec![1.0f32, 2.0], &[1, 1, 1, 2])?;
+    /// // One key of score 0 beside a sink of logit 0: half the weight goes to the sink.
+    /// let out = Tensor::attention_sinks(&q, &q, &v, None, usize::MAX, &[0.0])?.to_vec::<f32>()?;
+    /// assert_eq!(out, [0.5, 1.0]);
+    /// # Ok::<(), nnx_core::Error>(())
+    /// ```
+    pub fn attention_sinks(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        key_mask: Option<&[bool]>,
+        window: usize,
+        sinks: &[f32],
+    ) -> Result<Tensor> {
+        attend(q, k, v, key_mask, Scores { causal: true, window, sinks: Some(sinks) }, "attention_sinks")
     }
 }
 
@@ -234,16 +264,29 @@ pub fn llama3_rope_factors(
 
 /// Attention (see [`Tensor::attention`]) where, under the causal mask, the query at key index
 /// `p` sees only the keys after `p - window` (`usize::MAX` for no window), for `op`.
+/// What a query's softmax sees beside the key mask: the causal mask, at most `window` recent
+/// keys under it, and a sink logit per query head.
+struct Scores<'a> {
+    causal: bool,
+    window: usize,
+    sinks: Option<&'a [f32]>,
+}
+
 fn attend(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    causal: bool,
     key_mask: Option<&[bool]>,
-    window: usize,
+    Scores { causal, window, sinks }: Scores<'_>,
     op: &'static str,
 ) -> Result<Tensor> {
     let AttentionShape { batch, heads, kv_heads, seq_q, seq_k, d, d_v } = check_attention(q, k, v, key_mask, op)?;
+    if let Some(sinks) = sinks
+        && sinks.len() != heads
+    {
+        let (what, shape) = ("sinks, one per query head", q.shape().to_vec());
+        return Err(crate::Error::LengthMismatch { op, what, expected: heads, found: sinks.len(), shape });
+    }
     let (q, k, v) = (Dense::new(q, op)?, Dense::new(k, op)?, Dense::new(v, op)?);
     let group = heads / kv_heads.max(1);
     let scale = 1.0 / (d as f32).sqrt();
@@ -270,6 +313,7 @@ fn attend(
             dst.fill(0.0);
             return;
         }
+        let sink = sinks.map(|sinks| sinks[h]);
         let mask = key_mask.map(|mask| &mask[b * seq_k..(b + 1) * seq_k]);
         for (i, row) in scores.chunks_mut(seq_k).enumerate() {
             let last_visible = i as isize + shift;
@@ -280,7 +324,10 @@ fn attend(
                     (causal && (key > last_visible || key < first_visible)) || mask.is_some_and(|mask| !mask[j]);
                 *score = if hidden { f32::NEG_INFINITY } else { *score * scale };
             }
-            softmax_row(row);
+            match sink {
+                Some(sink) => softmax_row_with_sink(row, sink),
+                None => softmax_row(row),
+            }
         }
         let weights = Matrix { data: &scores, start: 0, row_stride: seq_k, column_stride: 1 };
         product(weights, values, seq_q, seq_k, d_v, dst, threads);
@@ -292,6 +339,19 @@ fn attend(
         out.chunks_mut(head_size).enumerate().for_each(|(index, dst)| run(index, dst, threads));
     }
     f32_tensor(out, &[batch, heads, seq_q, d_v])
+}
+
+/// The softmax of `row` beside one more logit, `sink`, whose share is dropped: the row's
+/// weights sum to less than 1 by the sink's share.
+fn softmax_row_with_sink(row: &mut [f32], sink: f32) {
+    let max = row.iter().fold(sink, |max, &value| max.max(value));
+    let mut sum = (sink - max).exp();
+    for value in row.iter_mut() {
+        *value = (*value - max).exp();
+        sum += *value;
+    }
+    let inverse = 1.0 / sum;
+    row.iter_mut().for_each(|value| *value *= inverse);
 }
 
 #[cfg(test)]
@@ -481,6 +541,41 @@ mod tests {
             assert_close(&out, &expected, 1e-5);
             assert!(out.iter().all(|x| x.is_finite()));
         }
+    }
+
+    #[test]
+    fn sinks_take_their_share_of_each_heads_softmax() {
+        // Zero queries score every key alike: a query seeing `n` keys gives each the weight
+        // `1 / (n + exp(sink))`, the sink taking the rest.
+        let (heads, kv_heads, seq, window) = (4, 2, 6, 3);
+        let q = Tensor::zeros(DType::F32, &[1, heads, seq, 8]);
+        let k = random(&[1, kv_heads, seq, 8], 41);
+        let v = random(&[1, kv_heads, seq, 4], 42);
+        let sinks = [0.0f32, 1.5, -2.0, 0.25];
+        let out = Tensor::attention_sinks(&q, &k, &v, None, window, &sinks).unwrap().to_vec::<f32>().unwrap();
+        let values = f64s(&v);
+        let mut expected = Vec::new();
+        for (h, sink) in sinks.iter().enumerate() {
+            let g = h / (heads / kv_heads);
+            for i in 0..seq {
+                let visible: Vec<usize> = (i.saturating_sub(window - 1)..=i).collect();
+                let denominator = visible.len() as f64 + f64::from(*sink).exp();
+                for e in 0..4 {
+                    let sum: f64 = visible.iter().map(|&j| values[(g * seq + j) * 4 + e]).sum();
+                    expected.push(sum / denominator);
+                }
+            }
+        }
+        assert_close(&out, &expected, 1e-5);
+        // A sink of -inf takes nothing.
+        let q = random(&[1, heads, seq, 8], 43);
+        let none = Tensor::attention_sinks(&q, &k, &v, None, window, &[f32::NEG_INFINITY; 4]).unwrap();
+        let windowed = Tensor::attention_windowed(&q, &k, &v, None, window).unwrap();
+        assert_close(&none.to_vec::<f32>().unwrap(), &f64s(&windowed), 1e-6);
+        assert!(matches!(
+            Tensor::attention_sinks(&q, &k, &v, None, window, &[0.0; 3]),
+            Err(Error::LengthMismatch { expected: 4, found: 3, .. })
+        ));
     }
 
     #[test]

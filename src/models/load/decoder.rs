@@ -6,6 +6,7 @@
 use nnx_core::quant::ggml::GgmlLinear;
 
 use super::super::gemma3::Gemma3;
+use super::super::gpt_oss::GptOss;
 use super::super::llama::Llama;
 use super::super::lora::Lora;
 use super::super::moe::Experts;
@@ -50,32 +51,70 @@ pub(super) trait Decoder: Module + Clone + Sized + 'static {
 }
 
 /// A stack of experts as the loader fills it: from a GGUF file's stacked entry in place, or from
-/// a transformers folder's tensors of one expert each, stacked.
+/// a transformers folder's tensors (one copy of each stack: the folder keeps the experts apart
+/// or fused another way, the products read them stacked).
 pub(super) struct ExpertStack<'a> {
     /// Its model path (`layers.0.moe.gate`).
     pub(super) path: String,
-    /// The folder's name of each expert's tensor, `{}` standing for the expert.
-    pub(super) per_expert: String,
+    /// Where a transformers folder keeps it.
+    pub(super) source: StackSource,
     /// The stack.
     pub(super) experts: &'a mut Experts,
 }
 
-/// The import options that stack each expert tensor of a transformers folder into the model's
-/// stacks (one copy of each stack: the folder keeps experts apart, the products read them
-/// together).
+/// Where a transformers folder keeps a stack of experts.
+pub(super) enum StackSource {
+    /// One tensor per expert, `{}` standing for the expert (Qwen3-MoE).
+    PerExpert(String),
+    /// One tensor `[experts, in, out * parts]` stored input-major, this stack being every
+    /// `parts`-th output column from `index` (gpt-oss interleaves gate and up), with its bias
+    /// `{name}_bias` `[experts, out * parts]` cut alike.
+    Fused { name: String, parts: usize, index: usize },
+}
+
+/// The import options that build each stack of experts from a transformers folder.
 fn stacked_experts<M: Decoder>(dense: &mut M) -> ImportOptions {
     let mut options = ImportOptions::default();
     for stack in dense.experts() {
         let count = stack.experts.dims()[0];
-        let names: Vec<String> = (0..count).map(|at| stack.per_expert.replace("{}", &at.to_string())).collect();
-        options = options.hook(format!("{}.weight", stack.path), names.clone(), move |archive, context| {
-            let mut bytes = Vec::new();
-            for name in &names {
-                let tensor = archive.tensor(name, context.dtype, &context.shape[1..])?;
-                bytes.extend_from_slice(&tensor.to_bytes()?);
+        let weight = format!("{}.weight", stack.path);
+        options = match stack.source {
+            StackSource::PerExpert(pattern) => {
+                let names: Vec<String> = (0..count).map(|at| pattern.replace("{}", &at.to_string())).collect();
+                options.hook(weight, names.clone(), move |archive, context| {
+                    let mut bytes = Vec::new();
+                    for name in &names {
+                        bytes.extend_from_slice(&archive.tensor(name, context.dtype, &context.shape[1..])?.to_bytes()?);
+                    }
+                    crate::Tensor::from_bytes(context.dtype, context.shape, &bytes)
+                })
             }
-            crate::Tensor::from_bytes(context.dtype, context.shape, &bytes)
-        });
+            StackSource::Fused { name, parts, index } => {
+                let bias = format!("{name}_bias");
+                let options = options.hook(weight, [name.clone()], move |archive, context| {
+                    let &[experts, out, input] = context.shape else { unreachable!("a stack is 3-D") };
+                    let source = archive.tensor(&name, context.dtype, &[experts, input, out * parts])?;
+                    let values = source.to_dtype(crate::DType::F32)?.to_vec::<f32>()?;
+                    let mut cut = Vec::with_capacity(experts * out * input);
+                    for expert in values.chunks_exact(input * out * parts) {
+                        for column in 0..out {
+                            cut.extend((0..input).map(|row| expert[row * out * parts + column * parts + index]));
+                        }
+                    }
+                    crate::Tensor::from_vec(cut, context.shape)?.to_dtype(context.dtype)
+                });
+                match stack.experts.bias.is_some() {
+                    true => options.hook(format!("{}.bias", stack.path), [bias.clone()], move |archive, context| {
+                        let &[experts, out] = context.shape else { unreachable!("a stack's bias is 2-D") };
+                        let source = archive.tensor(&bias, context.dtype, &[experts, out * parts])?;
+                        let values = source.to_dtype(crate::DType::F32)?.to_vec::<f32>()?;
+                        let cut: Vec<f32> = values.iter().skip(index).step_by(parts).copied().collect();
+                        crate::Tensor::from_vec(cut, context.shape)?.to_dtype(context.dtype)
+                    }),
+                    false => options,
+                }
+            }
+        };
     }
     options
 }
@@ -135,9 +174,10 @@ impl Decoder for Qwen {
         sparse
             .flat_map(|(at, moe)| {
                 [("gate", &mut moe.gate), ("up", &mut moe.up), ("down", &mut moe.down)].map(|(name, experts)| {
+                    let pattern = format!("model.layers.{at}.mlp.experts.{{}}.{name}_proj.weight");
                     ExpertStack {
                         path: format!("layers.{at}.moe.{name}"),
-                        per_expert: format!("model.layers.{at}.mlp.experts.{{}}.{name}_proj.weight"),
+                        source: StackSource::PerExpert(pattern),
                         experts,
                     }
                 })
@@ -163,6 +203,48 @@ impl Decoder for Gemma3 {
 
     fn embed(&mut self) -> &mut TokenEmbedding {
         &mut self.embed
+    }
+
+    fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
+        &mut model.lm_head
+    }
+
+    fn attach(
+        model: Self::Ggml<Host>,
+        adapters: &[(crate::adapter::Adapter, f32)],
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<Box<dyn CausalLm<Device = Host>>> {
+        attach_lora(model, adapters, metadata, false)
+    }
+}
+
+impl Decoder for GptOss {
+    type Ggml<D: Device> = GptOss<D, Ggml>;
+
+    fn embed(&mut self) -> &mut TokenEmbedding {
+        &mut self.embed
+    }
+
+    fn experts(&mut self) -> Vec<ExpertStack<'_>> {
+        let layers = self.layers.iter_mut().enumerate();
+        layers
+            .flat_map(|(at, layer)| {
+                let mlp = &mut layer.mlp;
+                let fused = |name: &str, parts, index| StackSource::Fused {
+                    name: format!("model.layers.{at}.mlp.experts.{name}"),
+                    parts,
+                    index,
+                };
+                let sources = [fused("gate_up_proj", 2, 0), fused("gate_up_proj", 2, 1), fused("down_proj", 1, 0)];
+                [("gate", &mut mlp.gate), ("up", &mut mlp.up), ("down", &mut mlp.down)].into_iter().zip(sources).map(
+                    move |((name, experts), source)| ExpertStack {
+                        path: format!("layers.{at}.mlp.{name}"),
+                        source,
+                        experts,
+                    },
+                )
+            })
+            .collect()
     }
 
     fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {

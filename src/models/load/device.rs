@@ -204,7 +204,8 @@ pub(super) fn pack_experts<D: Device, T: Target<D>, M: Decoder>(
         // A missing entry is named by the import.
         if let Some(ty) = archive.ggml_type(&name) {
             let [count, out, input] = stack.experts.dims();
-            *stack.experts = Experts::packed_meta(count, out, input, ty)?;
+            let bias = stack.experts.bias.take();
+            *stack.experts = Experts { bias, ..Experts::packed_meta(count, out, input, ty)? };
         }
     }
     Ok(())
