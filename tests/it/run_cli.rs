@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use crate::util::{fixtures, json_field, run_nnx as nnx, scratch};
 
 /// The fixture cases, each a transformers folder with llama.cpp conversions beside it.
-const CASES: &[&str] = &["llama3", "mistral", "qwen2", "qwen3", "gemma3", "llama3-wide"];
+const CASES: &[&str] = &["llama3", "mistral", "qwen2", "qwen3", "gemma3", "llama3-wide", "qwen3moe", "gpt-oss"];
+/// The mixtures of experts among `CASES`, whose perplexity is held to a percent.
+const MOE: &[&str] = &["qwen3moe", "gpt-oss"];
 
 /// The tokens generated in the greedy comparisons (the goldens hold 12).
 const STEPS: usize = 12;
@@ -181,7 +183,7 @@ fn perplexity(model: &Path, ctx: &str) -> f64 {
 #[test]
 fn perplexity_is_llama_perplexity() {
     let mut compared = Vec::new();
-    for case in CASES {
+    for case in CASES.iter().filter(|case| !MOE.contains(case)) {
         for (model, golden) in gguf_files(case) {
             let expected = golden["perplexity"].as_f64().unwrap();
             let ctx = golden["perplexity_ctx"].as_u64().unwrap().to_string();
@@ -210,17 +212,31 @@ fn perplexity_is_llama_perplexity() {
 
 #[test]
 fn mixture_of_experts_perplexity_is_within_a_percent_of_llama_perplexity() {
-    // The F32 files' logits equal transformers' (run_gguf); llama.cpp's own MoE pass lands
-    // within a percent on these files, with an F16 or an F32 key/value cache alike.
-    for case in ["qwen3moe", "gpt-oss"] {
-        let model = folder(case).join("model-f32.gguf");
+    // The F32 files' logits equal llama.cpp's and transformers' (run_gguf), yet on the
+    // perplexity text nnx lands up to 0.8 % from llama-perplexity (qwen3moe; 0.4 % gpt-oss):
+    // within the percent that MoE files are held to, and written down as a known gap.
+    let mut compared = 0;
+    for case in MOE {
         let golden = read_json(&folder(case).join("llamacpp.json"));
-        let expected = golden["model-f32.gguf"]["perplexity"].as_f64().unwrap();
-        let ours = perplexity(&model, "16");
-        let relative = (ours - expected).abs() / expected;
-        println!("{case}: perplexity {ours:.4}, llama.cpp {expected:.4} ({relative:.1e} relative)");
-        assert!(relative <= 1e-2, "{case}: perplexity {ours}, llama-perplexity {expected}");
+        for file in ["model-f32.gguf", "model-q8_0.gguf", "model-q4_k_m.gguf", "model-mxfp4_moe.gguf"] {
+            let model = folder(case).join(file);
+            if !model.is_file() {
+                continue;
+            }
+            let expected = golden[file]["perplexity"].as_f64().unwrap();
+            let ours = perplexity(&model, "16");
+            let relative = (ours - expected).abs() / expected;
+            println!("{case} {file}: perplexity {ours:.4}, llama.cpp {expected:.4} ({relative:.1e} relative)");
+            // Quantized, llama.cpp also rounds the activations to 8 bits before each product,
+            // routers included: on these near-uniform random models (perplexity about 1000 over
+            // 320 tokens) that moves a few routing choices, up to 1.2 % of the perplexity
+            // (gpt-oss Q4_K_M; 0.01 nats).
+            let tolerance = if file == "model-f32.gguf" { 1e-2 } else { 2e-2 };
+            assert!(relative <= tolerance, "{case} {file}: perplexity {ours}, llama-perplexity {expected}");
+            compared += 1;
+        }
     }
+    assert_eq!(compared, 7, "every MoE file is compared");
 }
 
 #[test]
