@@ -483,7 +483,7 @@ fn tq2_0(x: &[u8; 66], y: &mut [f32; 256]) {
 
 /// Half the value of an E8M0 exponent byte, `2^(e - 128)`, built from its bits (subnormal for
 /// `e < 2`; 255, NaN in the OCP format, is `2^127` here as in ggml).
-fn e8m0_half(e: u8) -> f32 {
+pub(super) fn e8m0_half(e: u8) -> f32 {
     f32::from_bits(if e < 2 { 0x0020_0000 << e } else { u32::from(e - 1) << 23 })
 }
 

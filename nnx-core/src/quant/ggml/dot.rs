@@ -2,7 +2,7 @@
 //! packed bytes: no dequantized copy of the weight is ever made, so a product reads the
 //! weight's bytes once (4.5 bits a value for Q4_0 against 32 for f32).
 //!
-//! For Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K the activations are first rounded to
+//! For Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q4_K, Q5_K and Q6_K the activations are first rounded to
 //! 8 bits in blocks of 32 values, each block with an f32 scale `d = amax / 127` and the integer
 //! sums of its two halves (the way ggml rounds them to Q8_0 / Q8_K, with a finer scale than
 //! Q8_K's one per 256). Each weight block's 32 small integers then meet the activation block's
@@ -46,7 +46,7 @@ const SERIAL_VALUES: usize = 1 << 16;
 /// `y = W x`: `y[r] = sum_c W[r, c] * x[c]` for the `rows x cols` weight `weight`, stored row
 /// by row in blocks of `ty` (each row [`GgmlType::row_bytes`]`(cols)` bytes).
 ///
-/// For Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, `x` is first rounded to 8 bits per
+/// For Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q4_K, Q5_K and Q6_K, `x` is first rounded to 8 bits per
 /// value in blocks of 32 (scale `amax / 127` per block, as ggml rounds activations to Q8_0),
 /// and the blocks meet in exact integer dot products. Each rounded value is within half a step,
 /// `amax / 254`, of its value, so an output is within `sum_b amax_b / 254 * sum_{i in b} |w_i|`
@@ -206,7 +206,7 @@ impl Isa {
 /// Whether `ty` has integer kernels.
 fn has_kernel(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K)
+    matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | MXFP4 | Q4_K | Q5_K | Q6_K)
 }
 
 /// One activation row rounded to 8 bits: per block of 32 values the integers, the scale, the
@@ -549,12 +549,13 @@ mod tests {
     use super::*;
 
     /// The types with integer kernels.
-    const KERNEL_TYPES: [GgmlType; 8] = [
+    const KERNEL_TYPES: [GgmlType; 9] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::MXFP4,
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
@@ -603,6 +604,7 @@ mod tests {
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
             GgmlType::Q6_K => &[208],
+            GgmlType::MXFP4 => &[],
             _ => unreachable!(),
         }
     }
@@ -614,6 +616,10 @@ mod tests {
         for block in bytes.chunks_exact_mut(ty.type_size()) {
             for &at in half_fields(ty) {
                 block[at..at + 2].copy_from_slice(&f16::from_f32(rng.unit() * 0.05).to_le_bytes());
+            }
+            if ty == GgmlType::MXFP4 {
+                // Exponents from 2^-10 to 2^-4, as published weights have.
+                block[0] = 117 + rng.byte() % 7;
             }
         }
         bytes
@@ -672,6 +678,16 @@ mod tests {
             GgmlType::Q8_0 => {
                 let d = f16_at(block, 0);
                 out.extend(block[2..].iter().map(|&q| (d * f64::from(q as i8), (d * f64::from(q as i8)).abs())));
+            }
+            GgmlType::MXFP4 => {
+                // OCP microscaling: 2^(e - 127) times the E2M1 value of each code (sign bit 3).
+                const E2M1: [f64; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+                let d = 2f64.powi(i32::from(block[0]) - 127);
+                for i in 0..32 {
+                    let code = if i < 16 { block[1 + i] & 0xf } else { block[1 + i - 16] >> 4 };
+                    let value = d * E2M1[usize::from(code & 7)] * if code & 8 != 0 { -1.0 } else { 1.0 };
+                    out.push((value, value.abs()));
+                }
             }
             GgmlType::Q4_K | GgmlType::Q5_K => {
                 let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));

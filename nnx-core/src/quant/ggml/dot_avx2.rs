@@ -99,6 +99,7 @@ impl Avx2 {
                 GgmlType::Q5_0 => small::<Q5_0, 22, N, LEVEL>(weight, acts),
                 GgmlType::Q5_1 => small::<Q5_1, 24, N, LEVEL>(weight, acts),
                 GgmlType::Q8_0 => small::<Q8_0, 34, N, LEVEL>(weight, acts),
+                GgmlType::MXFP4 => small::<MXFP4, 17, N, LEVEL>(weight, acts),
                 GgmlType::Q4_K => k_quant::<N, 144, false, LEVEL>(weight, acts),
                 GgmlType::Q5_K => k_quant::<N, 176, true, LEVEL>(weight, acts),
                 GgmlType::Q6_K => q6_k(weight, acts),
@@ -133,6 +134,7 @@ fn rows<const LEVEL: u8>(ty: GgmlType, weight: &[u8], act: Act<'_>, out: &mut [f
         GgmlType::Q5_0 => rows.for_each(|(row, out)| *out = small::<Q5_0, 22, 1, LEVEL>(row, &acts)[0]),
         GgmlType::Q5_1 => rows.for_each(|(row, out)| *out = small::<Q5_1, 24, 1, LEVEL>(row, &acts)[0]),
         GgmlType::Q8_0 => rows.for_each(|(row, out)| *out = small::<Q8_0, 34, 1, LEVEL>(row, &acts)[0]),
+        GgmlType::MXFP4 => rows.for_each(|(row, out)| *out = small::<MXFP4, 17, 1, LEVEL>(row, &acts)[0]),
         GgmlType::Q4_K => rows.for_each(|(row, out)| *out = k_quant::<1, 144, false, LEVEL>(row, &acts)[0]),
         GgmlType::Q5_K => rows.for_each(|(row, out)| *out = k_quant::<1, 176, true, LEVEL>(row, &acts)[0]),
         GgmlType::Q6_K => rows.for_each(|(row, out)| *out = q6_k(row, &acts)[0]),
@@ -339,6 +341,20 @@ const Q4_1: u8 = 1;
 const Q5_0: u8 = 2;
 const Q5_1: u8 = 3;
 const Q8_0: u8 = 4;
+/// MXFP4: E2M1 codes looked up as signed integers, the doubled values of
+/// [`KVALUES_FP4`](crate::quant::ggml::grids::KVALUES_FP4), under a halved E8M0 scale.
+const MXFP4: u8 = 5;
+
+/// [`KVALUES_FP4`](crate::quant::ggml::grids::KVALUES_FP4) as the bytes of a lookup register.
+const FP4_BYTES: [u8; 16] = {
+    let mut bytes = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        bytes[i] = crate::quant::ggml::grids::KVALUES_FP4[i] as u8;
+        i += 1;
+    }
+    bytes
+};
 
 /// A block's 32 integers in value order: unsigned for the 4- and 5-bit types, signed for
 /// Q8_0. The 16 bytes of nibbles fill both halves of the register (a load, no shuffle), and
@@ -347,6 +363,13 @@ const Q8_0: u8 = 4;
 #[target_feature(enable = "avx2,fma,f16c")]
 fn unpack<const T: u8, const B: usize, const LEVEL: u8>(block: &[u8; B]) -> __m256i {
     let (high, qs) = match T {
+        MXFP4 => {
+            let packed = _mm256_broadcastsi128_si256(load128(&block[1..]));
+            let shifts = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
+            let codes = _mm256_and_si256(_mm256_srlv_epi32(packed, shifts), _mm256_set1_epi8(0x0f));
+            let table = _mm256_broadcastsi128_si256(load128(&FP4_BYTES));
+            return _mm256_shuffle_epi8(table, codes);
+        }
         Q4_0 => (None, 2),
         Q4_1 => (None, 4),
         Q5_0 => (Some(2), 6),
@@ -373,6 +396,14 @@ fn halves<const B: usize>(group: &[[u8; B]; 8], at: usize) -> __m256 {
     _mm256_cvtph_ps(_mm_set_epi16(bits(7), bits(6), bits(5), bits(4), bits(3), bits(2), bits(1), bits(0)))
 }
 
+/// The halved E8M0 scales of 8 MXFP4 blocks (their first bytes), widened.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn exponents<const B: usize>(group: &[[u8; B]; 8]) -> __m256 {
+    let d = |k: usize| crate::quant::ggml::dequant::e8m0_half(group[k][0]);
+    _mm256_set_ps(d(7), d(6), d(5), d(4), d(3), d(2), d(1), d(0))
+}
+
 /// Sums of the activation rows of a tile: two sets for the blocks' products, taken in turn
 /// so that consecutive additions do not wait on each other, and one for the constant terms.
 type Sums<const N: usize> = [[__m256; N]; 3];
@@ -391,7 +422,7 @@ fn small_group<const T: u8, const B: usize, const N: usize, const LEVEL: u8>(
     sums: Sums<N>,
 ) -> Sums<N> {
     let [mut even, mut odd, mut constants] = sums;
-    let d = halves(group, 0);
+    let d = if T == MXFP4 { exponents(group) } else { halves(group, 0) };
     let constant = match T {
         Q4_0 => Some(_mm256_mul_ps(d, _mm256_set1_ps(-8.0))),
         Q5_0 => Some(_mm256_mul_ps(d, _mm256_set1_ps(-16.0))),
@@ -409,7 +440,7 @@ fn small_group<const T: u8, const B: usize, const N: usize, const LEVEL: u8>(
     }
     let add = |k: usize, r: usize, w: __m256i, sum: __m256| -> __m256 {
         let x = load_act(&xs[r][k]);
-        let products = if T == Q8_0 { dot_signed::<LEVEL>(w, x) } else { dot_unsigned::<LEVEL>(w, x) };
+        let products = if T == Q8_0 || T == MXFP4 { dot_signed::<LEVEL>(w, x) } else { dot_unsigned::<LEVEL>(w, x) };
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_set1_ps(steps[r][k]), sum)
     };
     for pair in 0..4 {
@@ -435,7 +466,7 @@ fn small<const T: u8, const B: usize, const N: usize, const LEVEL: u8>(weight: &
     let mut constants = [0f32; N];
     for (k, block) in tail.iter().enumerate() {
         let k = 8 * groups.len() + k;
-        let d = half(block, 0);
+        let d = if T == MXFP4 { crate::quant::ggml::dequant::e8m0_half(block[0]) } else { half(block, 0) };
         let constant = match T {
             Q4_0 => -8.0 * d,
             Q5_0 => -16.0 * d,
@@ -445,7 +476,7 @@ fn small<const T: u8, const B: usize, const N: usize, const LEVEL: u8>(weight: &
         let w = unpack::<T, B, LEVEL>(block);
         for r in 0..N {
             let x = load_act(&acts[r].q[k]);
-            let products = if T == Q8_0 { dot_signed::<LEVEL>(w, x) } else { dot_unsigned::<LEVEL>(w, x) };
+            let products = if T == Q8_0 || T == MXFP4 { dot_signed::<LEVEL>(w, x) } else { dot_unsigned::<LEVEL>(w, x) };
             sums[0][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_set1_ps(d * acts[r].d[k]), sums[0][r]);
             constants[r] += constant * acts[r].ds[k];
         }

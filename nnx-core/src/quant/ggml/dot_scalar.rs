@@ -6,6 +6,8 @@
 
 use super::{Act, f16_at, scales_mins};
 use crate::quant::ggml::GgmlType;
+use crate::quant::ggml::dequant::e8m0_half;
+use crate::quant::ggml::grids::KVALUES_FP4;
 
 /// The outputs of one weight row of `ty` for `N` activation rows.
 pub(super) fn tile<const N: usize>(ty: GgmlType, weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
@@ -15,6 +17,7 @@ pub(super) fn tile<const N: usize>(ty: GgmlType, weight: &[u8], acts: &[Act<'_>;
         GgmlType::Q5_0 => q5_0(weight, acts),
         GgmlType::Q5_1 => q5_1(weight, acts),
         GgmlType::Q8_0 => q8_0(weight, acts),
+        GgmlType::MXFP4 => mxfp4(weight, acts),
         GgmlType::Q4_K => q4_k(weight, acts),
         GgmlType::Q5_K => q5_k(weight, acts),
         GgmlType::Q6_K => q6_k(weight, acts),
@@ -71,6 +74,15 @@ fn q4_0<const N: usize>(weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
     small::<N, 18>(weight, acts, |block| {
         let d = f16_at(block, 0);
         (d, -8.0 * d, nibbles(&block[2..], 0))
+    })
+}
+
+/// MXFP4: an E8M0 exponent, then Q4_0's nibble order of E2M1 codes, looked up as doubled
+/// integers (the scale halved).
+fn mxfp4<const N: usize>(weight: &[u8], acts: &[Act<'_>; N]) -> [f32; N] {
+    small::<N, 17>(weight, acts, |block| {
+        let q = nibbles(&block[1..], 0).map(|code| KVALUES_FP4[code as usize]);
+        (e8m0_half(block[0]), 0.0, q)
     })
 }
 
