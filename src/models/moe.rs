@@ -199,10 +199,10 @@ pub enum Activation {
 ///
 /// # Errors
 /// A last axis of `x` that is not the experts' input width.
-pub(crate) fn routed<D: Device>(
+pub(crate) fn routed<'a, D: Device>(
     logits: &[f32],
     x: &Tensor<D>,
-    [gate, up, down]: [&Experts<D>; 3],
+    [gate, up, down]: [&'a Experts<D>; 3],
     routing: Routing,
     activation: Activation,
 ) -> crate::Result<Tensor<D>>
@@ -212,6 +212,19 @@ where
 {
     let (rows, hidden) = (x.shape()[0], x.shape()[1]);
     let experts = gate.weight.shape()[0];
+    // A decoded token on the host over packed stacks: one grouped product (D is `Host` there).
+    if rows == 1 {
+        let any = |experts: &'a Experts<D>| -> &'a dyn std::any::Any { experts };
+        let [gate_host, up_host, down_host] = [gate, up, down].map(|stack| any(stack).downcast_ref::<Experts<Host>>());
+        let x_host = (x as &dyn std::any::Any).downcast_ref::<Tensor<Host>>();
+        if let (Some(gate), Some(up), Some(down), Some(x_host)) = (gate_host, up_host, down_host, x_host) {
+            let values = x_host.to_dtype(DType::F32)?.to_vec::<f32>()?;
+            if let Some(out) = one_token(&values, logits, [gate, up, down], routing, activation)? {
+                let out: Box<dyn std::any::Any> = Box::new(Tensor::from_vec(out, &[1, hidden])?);
+                return Ok(*out.downcast::<Tensor<D>>().expect("the host's tensor"));
+            }
+        }
+    }
     let mut routed: Vec<Vec<(u32, f32)>> = vec![Vec::new(); experts];
     for (row, logits) in logits.chunks_exact(experts.max(1)).enumerate() {
         for (expert, weight) in routing.route(logits) {
@@ -226,16 +239,9 @@ where
         let (g, u) = (gate.project(expert, &xs)?, up.project(expert, &xs)?);
         let gated = match activation {
             Activation::Silu => g.silu()?.mul(&u)?,
-            Activation::ClampedSwiglu { alpha, limit } => {
+            Activation::ClampedSwiglu { .. } => {
                 let (shape, g, u) = (g.shape().to_vec(), Compute::to_f32_vec(&g)?, Compute::to_f32_vec(&u)?);
-                let values = g
-                    .iter()
-                    .zip(&u)
-                    .map(|(&g, &u)| {
-                        let g = g.min(limit);
-                        (u.clamp(-limit, limit) + 1.0) * g / (1.0 + (-alpha * g).exp())
-                    })
-                    .collect();
+                let values = g.iter().zip(&u).map(|(&g, &u)| activation.apply(g, u)).collect();
                 crate::Placer::new(x.device()).tensor(&Tensor::from_vec(values, &shape)?)?
             }
         };
@@ -246,6 +252,78 @@ where
         }
     }
     crate::Placer::new(x.device()).tensor(&Tensor::from_vec(out, &[rows, hidden])?)
+}
+
+/// The bytes of expert `expert`'s rows of a packed stack on the host, with its type, rows
+/// and columns; `None` for float or strided weights.
+fn packed_rows(experts: &Experts<Host>, expert: usize) -> Option<(GgmlType, &[u8], usize, usize)> {
+    let (ty, input) = experts.ggml?;
+    let [_, out, row_bytes] = experts.weight.shape()[..] else { return None };
+    let bytes = experts.weight.as_slice::<u8>().ok()??;
+    Some((ty, &bytes[expert * out * row_bytes..][..out * row_bytes], out, input))
+}
+
+/// One token's experts on the host, over packed stacks: the gate and up rows of all its
+/// experts in one parallel product with the input rounded once
+/// ([`matvec_many`](nnx_core::quant::ggml::matvec_many)), then each expert's down product;
+/// `None` when a stack is not packed in place (the general pass takes it).
+fn one_token(
+    x: &[f32],
+    logits: &[f32],
+    [gate, up, down]: [&Experts<Host>; 3],
+    routing: Routing,
+    activation: Activation,
+) -> crate::Result<Option<Vec<f32>>> {
+    let chosen = routing.route(logits);
+    let mut weights = Vec::with_capacity(2 * chosen.len());
+    for &(expert, _) in &chosen {
+        for stack in [gate, up] {
+            let Some((ty, bytes, out, input)) = packed_rows(stack, expert) else { return Ok(None) };
+            if input != x.len() {
+                return Ok(None);
+            }
+            weights.push((ty, bytes, out));
+        }
+    }
+    let mut outputs: Vec<Vec<f32>> = weights.iter().map(|&(_, _, out)| vec![0f32; out]).collect();
+    let mut slices: Vec<&mut [f32]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
+    nnx_core::quant::ggml::matvec_many(&weights, x.len(), x, &mut slices)?;
+    let bias = |stack: &Experts<Host>, expert: usize, values: &mut [f32]| -> crate::Result<()> {
+        if let Some(bias) = &stack.bias {
+            let row = bias.narrow(0, expert, 1)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+            values.iter_mut().zip(row).for_each(|(value, bias)| *value += bias);
+        }
+        Ok(())
+    };
+    let mut sum = vec![0f32; x.len()];
+    for (&(expert, weight), pair) in chosen.iter().zip(outputs.chunks_exact_mut(2)) {
+        let [g, u] = pair else { unreachable!("gate and up") };
+        bias(gate, expert, g)?;
+        bias(up, expert, u)?;
+        let gated: Vec<f32> = g.iter().zip(u.iter()).map(|(&g, &u)| activation.apply(g, u)).collect();
+        let Some((ty, bytes, out, input)) = packed_rows(down, expert) else { return Ok(None) };
+        if input != gated.len() || out != x.len() {
+            return Ok(None);
+        }
+        let mut y = vec![0f32; out];
+        nnx_core::quant::ggml::matvec(ty, bytes, out, input, &gated, &mut y)?;
+        bias(down, expert, &mut y)?;
+        sum.iter_mut().zip(&y).for_each(|(sum, value)| *sum += weight * value);
+    }
+    Ok(Some(sum))
+}
+
+impl Activation {
+    /// The joined value of one gate and one up output.
+    fn apply(self, g: f32, u: f32) -> f32 {
+        match self {
+            Activation::Silu => g / (1.0 + (-g).exp()) * u,
+            Activation::ClampedSwiglu { alpha, limit } => {
+                let g = g.min(limit);
+                (u.clamp(-limit, limit) + 1.0) * g / (1.0 + (-alpha * g).exp())
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -284,6 +362,49 @@ mod tests {
             }
             for ((a, b), c) in all[row * 8..][..8].iter().zip(&one).zip(&expected) {
                 assert!((a - b).abs() < 1e-6 && (a - c).abs() < 1e-6, "{a} {b} {c}");
+            }
+        }
+    }
+
+    /// `stack` packed as `ty`, row by row.
+    fn packed(stack: &Experts, ty: GgmlType) -> Experts {
+        let [count, out, input] = stack.dims();
+        let values = stack.weight.to_vec::<f32>().unwrap();
+        let row_bytes = ty.row_bytes(input).unwrap();
+        let mut bytes = vec![0u8; count * out * row_bytes];
+        for (row, dst) in values.chunks_exact(input).zip(bytes.chunks_exact_mut(row_bytes)) {
+            nnx_core::quant::ggml::quantize_row(ty, row, dst).unwrap();
+        }
+        let weight = Tensor::from_vec(bytes, &[count, out, row_bytes]).unwrap();
+        Experts { weight, bias: stack.bias.clone(), ggml: Some((ty, input)) }
+    }
+
+    #[test]
+    fn a_decoded_token_over_packed_stacks_is_the_grouped_pass() {
+        // One token takes the grouped product (gate and up of its experts in one pass); two
+        // copies of it take the general pass, whose rows are each the same product.
+        for (ty, activation) in [
+            (GgmlType::Q8_0, Activation::Silu),
+            (GgmlType::Q4_K, Activation::ClampedSwiglu { alpha: 1.702, limit: 7.0 }),
+            (GgmlType::MXFP4, Activation::Silu),
+        ] {
+            let (hidden, inner) = (256, 256);
+            let init = Init::Seeded(9);
+            let [gate, up, down] =
+                [(inner, hidden, "gate"), (inner, hidden, "up"), (hidden, inner, "down")].map(|(out, input, name)| {
+                    packed(&Experts::new(4, out, input, DType::F32, init.at(name)).with_bias(DType::F32), ty)
+                });
+            let x: Vec<f32> = (0..hidden).map(|at| (at as f32 * 0.37).sin()).collect();
+            let logits = [0.3f32, -1.0, 2.0, 0.5];
+            let routing = Routing { top_k: 2, normalize: true };
+            let one = Tensor::from_vec(x.clone(), &[1, hidden]).unwrap();
+            let two = Tensor::from_vec([x.clone(), x].concat(), &[2, hidden]).unwrap();
+            let grouped = routed(&logits, &one, [&gate, &up, &down], routing, activation).unwrap();
+            let general = routed(&[logits, logits].concat(), &two, [&gate, &up, &down], routing, activation).unwrap();
+            let (grouped, general) = (grouped.to_vec::<f32>().unwrap(), general.to_vec::<f32>().unwrap());
+            let scale = general.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (a, b) in grouped.iter().zip(&general[..hidden]) {
+                assert!((a - b).abs() <= 1e-5 * scale.max(1.0), "{ty:?}: {a} {b}");
             }
         }
     }

@@ -476,7 +476,8 @@ fn small<const T: u8, const B: usize, const N: usize, const LEVEL: u8>(weight: &
         let w = unpack::<T, B, LEVEL>(block);
         for r in 0..N {
             let x = load_act(&acts[r].q[k]);
-            let products = if T == Q8_0 || T == MXFP4 { dot_signed::<LEVEL>(w, x) } else { dot_unsigned::<LEVEL>(w, x) };
+            let products =
+                if T == Q8_0 || T == MXFP4 { dot_signed::<LEVEL>(w, x) } else { dot_unsigned::<LEVEL>(w, x) };
             sums[0][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), _mm256_set1_ps(d * acts[r].d[k]), sums[0][r]);
             constants[r] += constant * acts[r].ds[k];
         }
