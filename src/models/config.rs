@@ -277,6 +277,40 @@ pub trait DecoderConfig {
     }
 }
 
+/// [`DecoderConfig`] for a configuration `$config` with transformers' field names
+/// (`vocab_size`, `hidden_size`, `intermediate_size`, `num_hidden_layers`,
+/// `num_attention_heads`, optional `num_key_value_heads`, `head_dim` and
+/// `max_position_embeddings`, `rms_norm_eps`, and `rope_theta`, `rope_parameters`,
+/// `rope_scaling`) and the family's defaults.
+macro_rules! decoder_config {
+    ($config:ty, context: $context:expr $(, theta: $theta:expr)?) => {
+        impl $crate::models::DecoderConfig for $config {
+            const DEFAULT_CONTEXT: usize = $context;
+            $(const DEFAULT_THETA: f32 = $theta;)?
+
+            fn dims(&self) -> $crate::models::Dims {
+                $crate::models::Dims {
+                    vocab: self.vocab_size,
+                    hidden: self.hidden_size,
+                    inner: self.intermediate_size,
+                    layers: self.num_hidden_layers,
+                    heads: self.num_attention_heads,
+                    kv_heads: self.num_key_value_heads,
+                    head_dim: self.head_dim,
+                    context: self.max_position_embeddings,
+                    eps: self.rms_norm_eps,
+                }
+            }
+
+            fn rope(&self) -> $crate::models::Rope<'_> {
+                let parameters = self.rope_parameters.as_ref().map(|rope| ("rope_parameters", rope));
+                $crate::models::Rope { theta: self.rope_theta, parameters, scaling: self.rope_scaling.as_ref() }
+            }
+        }
+    };
+}
+pub(crate) use decoder_config;
+
 /// The checks every decoder configuration shares, so that nothing is ever sized from a value
 /// that cannot make a model: sizes at least 1, the key/value heads dividing the query heads, an
 /// even head width of at most [`MAX_HEAD_DIM`], a bounded layer count and context, addressable

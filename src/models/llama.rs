@@ -133,28 +133,7 @@ impl LlamaConfig {
     }
 }
 
-impl super::DecoderConfig for LlamaConfig {
-    const DEFAULT_CONTEXT: usize = 2048;
-
-    fn dims(&self) -> super::Dims {
-        super::Dims {
-            vocab: self.vocab_size,
-            hidden: self.hidden_size,
-            inner: self.intermediate_size,
-            layers: self.num_hidden_layers,
-            heads: self.num_attention_heads,
-            kv_heads: self.num_key_value_heads,
-            head_dim: self.head_dim,
-            context: self.max_position_embeddings,
-            eps: self.rms_norm_eps,
-        }
-    }
-
-    fn rope(&self) -> super::Rope<'_> {
-        let parameters = self.rope_parameters.as_ref().map(|rope| ("rope_parameters", rope));
-        super::Rope { theta: self.rope_theta, parameters, scaling: self.rope_scaling.as_ref() }
-    }
-}
+super::config::decoder_config!(LlamaConfig, context: 2048);
 
 /// Grouped-query self-attention, its projections stored as `W` says.
 #[derive(Module, Clone, Debug)]

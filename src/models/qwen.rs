@@ -267,28 +267,7 @@ impl QwenConfig {
     }
 }
 
-impl DecoderConfig for QwenConfig {
-    const DEFAULT_CONTEXT: usize = 32_768;
-
-    fn dims(&self) -> super::Dims {
-        super::Dims {
-            vocab: self.vocab_size,
-            hidden: self.hidden_size,
-            inner: self.intermediate_size,
-            layers: self.num_hidden_layers,
-            heads: self.num_attention_heads,
-            kv_heads: self.num_key_value_heads,
-            head_dim: self.head_dim,
-            context: self.max_position_embeddings,
-            eps: self.rms_norm_eps,
-        }
-    }
-
-    fn rope(&self) -> super::Rope<'_> {
-        let parameters = self.rope_parameters.as_ref().map(|rope| ("rope_parameters", rope));
-        super::Rope { theta: self.rope_theta, parameters, scaling: self.rope_scaling.as_ref() }
-    }
-}
+super::config::decoder_config!(QwenConfig, context: 32_768);
 
 /// Grouped-query self-attention with biased projections (Qwen2) and per-head query and key
 /// norms (Qwen3), its projections stored as `W` says.
