@@ -464,3 +464,26 @@ fn mixture_of_experts_files_decode_as_llama_cpp_does() {
         }
     }
 }
+
+#[test]
+fn a_folder_of_mxfp4_expert_pairs_is_refused_by_name() {
+    // gpt-oss as published: the fused experts as `*_blocks` and `*_scales`, not the BF16 stacks.
+    let dir = crate::util::scratch();
+    let source = case("gpt-oss");
+    for file in ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(source.join(file), dir.path().join(file)).unwrap();
+    }
+    let archive = nnx::Archive::open(source.join("model.safetensors")).unwrap();
+    let mut renamed = nnx::Archive::new();
+    for name in archive.names().map(str::to_string).collect::<Vec<_>>() {
+        let tensor = archive.get(&name).unwrap();
+        let name = match name.strip_suffix(".mlp.experts.gate_up_proj") {
+            Some(layer) => format!("{layer}.mlp.experts.gate_up_proj_blocks"),
+            None => name,
+        };
+        renamed.insert(name, tensor);
+    }
+    renamed.save(dir.path().join("model.safetensors")).unwrap();
+    let error = nnx::models::load(dir.path().to_str().unwrap()).err().expect("refused").to_string();
+    assert!(error.contains("MXFP4") && error.contains("gate_up_proj_blocks") && error.contains("GGUF"), "{error}");
+}

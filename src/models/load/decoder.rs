@@ -72,6 +72,27 @@ pub(super) enum StackSource {
     Fused { name: String, parts: usize, index: usize },
 }
 
+/// Refuses a folder that stores its fused experts as MXFP4 pairs (`{name}_blocks`,
+/// `{name}_scales`, as gpt-oss is published), which nnx reads from GGUF files only.
+fn refuse_microscaled_experts<M: Decoder>(dense: &mut M, files: &Files) -> Result<()> {
+    for stack in dense.experts() {
+        if let StackSource::Fused { name, .. } = &stack.source
+            && !files.archive.contains(name)
+            && files.archive.contains(&format!("{name}_blocks"))
+        {
+            return Err(super::super::decoder::unusable(
+                &files.path,
+                format!(
+                    "stores its experts as MXFP4 pairs (`{name}_blocks`, `{name}_scales`), which nnx reads from \
+                     GGUF files: convert the folder with llama.cpp's convert_hf_to_gguf.py (it keeps them MXFP4), \
+                     or run the model's GGUF file"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The import options that build each stack of experts from a transformers folder.
 fn stacked_experts<M: Decoder>(dense: &mut M) -> ImportOptions {
     let mut options = ImportOptions::default();
@@ -307,6 +328,7 @@ where
 
     fn folder(self: Box<Self>, files: &Files, kind: Kind, target: &T) -> Result<Box<dyn CausalLm<Device = D>>> {
         let mut dense = *self;
+        refuse_microscaled_experts(&mut dense, files)?;
         let options = stacked_experts(&mut dense);
         files.assemble(
             dense,
