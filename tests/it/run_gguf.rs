@@ -484,6 +484,6 @@ fn a_folder_of_mxfp4_expert_pairs_is_refused_by_name() {
         renamed.insert(name, tensor);
     }
     renamed.save(dir.path().join("model.safetensors")).unwrap();
-    let error = nnx::models::load(dir.path().to_str().unwrap()).err().expect("refused").to_string();
+    let error = nnx::models::load(dir.path().to_str().unwrap()).map(|_| ()).expect_err("refused").to_string();
     assert!(error.contains("MXFP4") && error.contains("gate_up_proj_blocks") && error.contains("GGUF"), "{error}");
 }
