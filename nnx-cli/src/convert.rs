@@ -41,7 +41,8 @@ pub struct Args {
     #[arg(long)]
     allow_expansion: bool,
     /// For a `.gguf` output: a type as `llama-quantize` takes it (`q4_k_m`, `q4_k_s`, `q5_k_m`,
-    /// `q6_k`, `q8_0`, `q4_0`, `iq4_xs`, ...: the type with llama.cpp's per-tensor choices), or
+    /// `q6_k`, `q8_0`, `q4_0`, `iq4_xs`, `mxfp4_moe`, ...: the type with llama.cpp's per-tensor
+    /// choices), or
     /// `f16`, `bf16`, `f32`, `mxfp4` for every tensor. Norms and 1-D tensors keep their type.
     /// Without it: F16, except for a SafeTensors file written from a GGUF file, whose tensors
     /// get back the types they had there. Such a file's GGUF metadata is written either way.

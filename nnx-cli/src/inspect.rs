@@ -345,8 +345,25 @@ mod tests {
         assert_eq!(file_type_name("q4"), None);
         // Every mixture nnx writes declares the number llama.cpp names after it.
         let mixtures = [
-            "q4_0", "q4_1", "q5_0", "q5_1", "tq1_0", "tq2_0", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m",
-            "q5_k_s", "q5_k_m", "q6_k", "q8_0", "iq4_nl", "iq4_xs",
+            "q4_0",
+            "q4_1",
+            "q5_0",
+            "q5_1",
+            "tq1_0",
+            "tq2_0",
+            "q2_k",
+            "q3_k_s",
+            "q3_k_m",
+            "q3_k_l",
+            "q4_k_s",
+            "q4_k_m",
+            "q5_k_s",
+            "q5_k_m",
+            "q6_k",
+            "q8_0",
+            "iq4_nl",
+            "iq4_xs",
+            "mxfp4_moe",
         ];
         for mixture in mixtures {
             let recipe = nnx::gguf::Recipe::parse(mixture).unwrap();

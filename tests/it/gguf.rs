@@ -656,3 +656,39 @@ fn every_mixture_is_what_llama_quantize_writes_byte_for_byte() {
         assert_eq!(found.len(), expected.len(), "{mixture}");
     }
 }
+
+/// `nnx convert --type` of the mixtures of experts' F32 files against llama-quantize's files of
+/// the same mixture (`tests/fixtures/models/{qwen3moe,gpt-oss}`): every tensor's name, type and
+/// bytes, the expert stacks included (MXFP4 for `mxfp4_moe`, Q5_0/Q5_1/F16 where Q4_K's blocks do
+/// not fit the experts' rows), and llama.cpp's file type.
+#[test]
+fn mixtures_of_experts_convert_as_llama_quantize_does() {
+    let dir = scratch();
+    let cases = [("qwen3moe", &["q8_0", "q4_k_m"][..]), ("gpt-oss", &["q8_0", "q4_k_m", "mxfp4_moe"][..])];
+    for (case, mixtures) in cases {
+        let folder = crate::util::fixtures().join("models").join(case);
+        for mixture in mixtures {
+            let output = dir.path().join(format!("{case}-{mixture}.gguf"));
+            let input = folder.join("model-f32.gguf");
+            let args = ["convert".as_ref(), input.as_os_str(), output.as_os_str(), "--type".as_ref(), mixture.as_ref()];
+            let (code, _, stderr) = crate::util::run_nnx(&args);
+            assert_eq!(code, 0, "{case} {mixture}: {stderr}");
+            let ours = Archive::open(&output).unwrap();
+            let theirs = Archive::open(folder.join(format!("model-{mixture}.gguf"))).unwrap();
+            let tensors = |archive: &Archive| -> Vec<(String, String, String)> {
+                let mut all: Vec<_> = archive
+                    .names()
+                    .map(|name| {
+                        let packed = archive.ggml(name).unwrap();
+                        (name.to_string(), packed.ty.name().to_string(), fnv1a(&packed.bytes().unwrap()))
+                    })
+                    .collect();
+                all.sort();
+                all
+            };
+            assert_eq!(tensors(&ours), tensors(&theirs), "{case} {mixture}: tensors differ from llama-quantize's");
+            let file_type = |archive: &Archive| archive.gguf_metadata().unwrap().get("general.file_type").cloned();
+            assert_eq!(file_type(&ours), file_type(&theirs), "{case} {mixture}");
+        }
+    }
+}

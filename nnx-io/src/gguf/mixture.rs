@@ -58,6 +58,9 @@ pub enum Mixture {
     IQ4_NL,
     /// IQ4_XS, with Q5_K where llama.cpp bumps it.
     IQ4_XS,
+    /// MXFP4 for the stacks of experts (tensors of more than one matrix), Q8_0 for every
+    /// other tensor it quantizes (gpt-oss as published).
+    MXFP4_MOE,
 }
 
 const MIXTURES: &[(&str, Mixture, GgmlType, u32)] = &[
@@ -79,6 +82,7 @@ const MIXTURES: &[(&str, Mixture, GgmlType, u32)] = &[
     ("q8_0", Mixture::Q8_0, GgmlType::Q8_0, 7),
     ("iq4_nl", Mixture::IQ4_NL, GgmlType::IQ4_NL, 25),
     ("iq4_xs", Mixture::IQ4_XS, GgmlType::IQ4_XS, 30),
+    ("mxfp4_moe", Mixture::MXFP4_MOE, GgmlType::MXFP4, 38),
 ];
 
 impl Mixture {
@@ -337,6 +341,11 @@ impl TypePlan {
             Some(ty) => ty,
             None => match self.recipe {
                 Recipe::Pure(ty) => ty,
+                // llama.cpp gives this mixture no per-role rule: experts or Q8_0.
+                Recipe::Mixture(Mixture::MXFP4_MOE) => match shape {
+                    [experts, _, _, ..] if *experts > 1 => GgmlType::MXFP4,
+                    _ => GgmlType::Q8_0,
+                },
                 Recipe::Mixture(mixture) => self.mixture_type(mixture, name, cols),
             },
         };
