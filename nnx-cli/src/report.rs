@@ -989,9 +989,11 @@ fn memory_plan(archive: &Archive, config: Option<&Value>, weights: u64, options:
         .iter()
         .map(|(dtype, note)| json!({ "dtype": dtype.to_string(), "bytes": dtype.storage_bytes(values).unwrap_or(0), "note": note }))
         .collect();
+    let experts = experts(archive, config);
     Some(json!({
         "source": source,
         "architecture": architecture,
+        "experts": experts,
         "ctx": ctx,
         "batch": options.batch,
         "context_length": context,
@@ -1002,6 +1004,39 @@ fn memory_plan(archive: &Archive, config: Option<&Value>, weights: u64, options:
         "kv": kv,
         "total_bytes": weights.saturating_add(values.saturating_mul(4)),
     }))
+}
+
+/// A mixture of experts' share of the weights: how many experts a layer has and a token uses
+/// (the GGUF keys `{arch}.expert_count` and `.expert_used_count`, or `config.json`'s
+/// `num_experts`/`num_local_experts` and `num_experts_per_tok`), the bytes of the expert
+/// stacks (GGUF `*_exps.*`, transformers `*.experts.*`), and the part of them one token reads.
+/// `None` for a dense model.
+fn experts(archive: &Archive, config: Option<&Value>) -> Option<Value> {
+    let (count, used) = match archive.gguf_metadata() {
+        Some(metadata) => {
+            let arch = metadata.architecture()?.to_string();
+            (metadata.u64(&format!("{arch}.expert_count"))?, metadata.u64(&format!("{arch}.expert_used_count"))?)
+        }
+        None => {
+            let config = config?;
+            let text =
+                config.get("text_config").filter(|text| text.get("num_hidden_layers").is_some()).unwrap_or(config);
+            let number = |names: &[&str]| names.iter().find_map(|name| text.get(*name).and_then(Value::as_u64));
+            (number(&["num_experts", "num_local_experts"])?, number(&["num_experts_per_tok"])?)
+        }
+    };
+    if count == 0 {
+        return None;
+    }
+    let stacked = |name: &str| name.contains("_exps.") || name.contains(".experts.");
+    let bytes: u64 = archive
+        .names()
+        .filter(|name| stacked(name))
+        .filter_map(|name| archive.info(name).ok())
+        .map(|info| info.bytes as u64)
+        .sum();
+    let per_token = (u128::from(bytes) * u128::from(used.min(count)) / u128::from(count)) as u64;
+    Some(json!({ "count": count, "per_token": used, "bytes": bytes, "bytes_per_token": per_token }))
 }
 
 /// The metadata, typed: GGUF values with their types (long arrays cut to their first items),

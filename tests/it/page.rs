@@ -157,6 +157,32 @@ fn page_memory_plan_matches_the_config() {
 }
 
 #[test]
+fn page_memory_plan_shows_the_experts_a_token_reads() {
+    // gpt-oss's MXFP4 file and Qwen3-MoE's folder: the expert stacks' bytes as the files hold
+    // them, and the share of them a token routed to 2 of 8 experts reads; none for a dense model.
+    for (path, pattern) in [
+        (fixtures().join("models/gpt-oss/model-mxfp4_moe.gguf"), "_exps."),
+        (fixtures().join("models/qwen3moe"), ".experts."),
+    ] {
+        let value = report(&path, &[]);
+        let experts = &value["memory"]["experts"];
+        let bytes: u64 = value["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|entry| entry["name"].as_str().unwrap().contains(pattern))
+            .map(|entry| entry["bytes"].as_u64().unwrap())
+            .sum();
+        assert!(bytes > 0, "{}", path.display());
+        assert_eq!((experts["count"].as_u64(), experts["per_token"].as_u64()), (Some(8), Some(2)), "{experts}");
+        assert_eq!(experts["bytes"].as_u64(), Some(bytes), "{}", path.display());
+        assert_eq!(experts["bytes_per_token"].as_u64(), Some(bytes / 4), "{}", path.display());
+    }
+    let dense = report(&fixtures().join("models/qwen3/model-f32.gguf"), &[]);
+    assert!(dense["memory"]["experts"].is_null());
+}
+
+#[test]
 fn page_import_plans_draw_renames_permutations_and_problems() {
     let dir = fixtures().join("models/llama3");
     // A transformers folder into llama: valid, every tensor read by its transformers name.

@@ -1485,6 +1485,12 @@
     add(box, el('dl', 'facts', fact('architecture', m.architecture), fact('source', m.source), fact('context (ctx)', fmtInt(m.ctx)),
       fact('batch', fmtInt(m.batch)), fact('layers', fmtInt(m.layers)), fact('kv heads', fmtInt(m.kv_heads)),
       fact('head dim', fmtInt(m.head_dim)), fact('trained context', m.context_length == null ? 'unknown' : fmtInt(m.context_length))));
+    if (m.experts) {
+      const e = m.experts;
+      add(box, el('p', 'note', 'Mixture of experts: ' + fmtInt(e.per_token) + ' of ' + fmtInt(e.count) +
+        ' experts a token. The expert stacks hold ' + fmtBytes(e.bytes) + ' of the weights; a token reads about ' +
+        fmtBytes(e.bytes_per_token) + ' of them, and only the pages of the experts it is routed to become resident.'));
+    }
     if (m.context_length != null && m.ctx > m.context_length) {
       add(box, el('p', 'note warn', '! The context asked for (' + fmtInt(m.ctx) + ') exceeds what the model was trained on (' + fmtInt(m.context_length) + ').'));
     }
