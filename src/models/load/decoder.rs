@@ -317,7 +317,7 @@ where
         let mut dense = *self;
         let archive = &files.archive;
         pack_embedding::<D, T>(archive, dense.embed())?;
-        pack_experts::<D, T, M>(archive, &files.path, &mut dense)?;
+        pack_experts(archive, &mut dense)?;
         let options = match dense.keep_stored_rope_rows() {
             true => ImportOptions::default().with_stored_rope_rows(),
             false => ImportOptions::default(),

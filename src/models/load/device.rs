@@ -181,22 +181,12 @@ pub(super) fn pack_embedding<D: Device, T: Target<D>>(archive: &Archive, embed: 
 }
 
 /// Makes each stack of experts of `dense` a meta stack of its GGUF entry's ggml blocks, which
-/// the import then maps: a token's product reads its experts' rows where the file holds them.
-/// A target that does not compute over packed blocks in place refuses a mixture of experts.
-pub(super) fn pack_experts<D: Device, T: Target<D>, M: Decoder>(
-    archive: &Archive,
-    path: &std::path::Path,
-    dense: &mut M,
-) -> Result<()> {
+/// the import then maps (on the host) or uploads (on a GPU): a token's product reads only its
+/// experts' rows.
+pub(super) fn pack_experts<M: Decoder>(archive: &Archive, dense: &mut M) -> Result<()> {
     let paths: Vec<String> = dense.experts().into_iter().map(|stack| stack.path).collect();
     if paths.is_empty() {
         return Ok(());
-    }
-    if !T::PACKED_EMBEDDING {
-        return Err(super::super::decoder::unusable(
-            path,
-            "is a mixture of experts, which nnx runs on the host: run it with `--device cpu`".into(),
-        ));
     }
     let stems = Stems::new(dense, Naming::Gguf);
     let names: Vec<String> = paths.iter().map(|path| format!("{}.weight", stems.of(path))).collect();

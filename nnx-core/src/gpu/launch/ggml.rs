@@ -31,8 +31,8 @@ const WORKGROUP: u64 = crate::gpu::dispatch::WORKGROUP as u64;
 
 /// Names the types the GPU decodes, for the error of one it does not.
 const SUPPORTED: &str = "the GPU decodes F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, \
-                         IQ4_NL and IQ4_XS: decode other types on the host (`GgmlLinear::to_linear`) and place the \
-                         float layer";
+                         IQ4_NL, IQ4_XS and MXFP4: decode other types on the host (`GgmlLinear::to_linear`) and place \
+                         the float layer";
 
 uniform! {
     /// The parameters of `ggml.wgsl`.
@@ -71,11 +71,11 @@ macro_rules! kernels {
 }
 
 /// Every type the GPU decodes.
-const KERNELS: [Kernels; 15] = kernels!(
+const KERNELS: [Kernels; 16] = kernels!(
     F32: "f32", F16: "f16", BF16: "bf16",
     Q4_0: "q4_0", Q4_1: "q4_1", Q5_0: "q5_0", Q5_1: "q5_1", Q8_0: "q8_0",
     Q2_K: "q2_k", Q3_K: "q3_k", Q4_K: "q4_k", Q5_K: "q5_k", Q6_K: "q6_k",
-    IQ4_NL: "iq4_nl", IQ4_XS: "iq4_xs",
+    IQ4_NL: "iq4_nl", IQ4_XS: "iq4_xs", MXFP4: "mxfp4",
 );
 
 /// What every type's source shares after its constants.
@@ -333,6 +333,10 @@ mod tests {
                         block[at + 1] &= !0x40;
                     }
                 }
+                if ty == GgmlType::MXFP4 {
+                    // E8M0 exponents whose values stay finite and normal: 2^-125 .. 2^72.
+                    block[0] = 2 + block[0] % 199;
+                }
             }
         }
         GgmlLinear::new(Tensor::from_vec(bytes, &[out, row_bytes]).unwrap(), None, ty, width).unwrap()
@@ -467,7 +471,7 @@ mod tests {
     #[test]
     fn unsupported_types_and_wrong_inputs_are_refused() {
         let Some(gpu) = test_gpu() else { return };
-        for ty in [GgmlType::IQ2_XXS, GgmlType::MXFP4, GgmlType::TQ2_0, GgmlType::Q8_K] {
+        for ty in [GgmlType::IQ2_XXS, GgmlType::NVFP4, GgmlType::TQ2_0, GgmlType::Q8_K] {
             let row_bytes = ty.row_bytes(256).unwrap();
             let host =
                 GgmlLinear::new(Tensor::from_vec(vec![0u8; 2 * row_bytes], &[2, row_bytes]).unwrap(), None, ty, 256)

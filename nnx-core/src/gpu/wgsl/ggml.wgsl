@@ -119,6 +119,28 @@ fn iq4nl_values(q: Bits) -> Unit {
     );
 }
 
+// MXFP4's E2M1 values, doubled (`KVALUES_FP4`), four i8 to a word.
+const FP4: vec4<u32> = vec4<u32>(0x03020100u, 0x0c080604u, 0xfdfeff00u, 0xf4f8fafcu);
+
+fn fp4_value(q: u32) -> f32 {
+    return f32(bitcast<i32>((FP4[q >> 2u] >> ((q & 3u) * 8u)) << 24u) >> 24u);
+}
+
+fn fp4_values(q: Bits) -> Unit {
+    return Unit(
+        vec4<f32>(fp4_value(q.low.x), fp4_value(q.low.y), fp4_value(q.low.z), fp4_value(q.low.w)),
+        vec4<f32>(fp4_value(q.high.x), fp4_value(q.high.y), fp4_value(q.high.z), fp4_value(q.high.w)),
+    );
+}
+
+// Half an E8M0 exponent byte's value, `2^(e - 128)`, from its bits as the host builds it.
+fn e8m0_half(e: u32) -> f32 {
+    if e < 2u {
+        return bitcast<f32>(0x00200000u << e);
+    }
+    return bitcast<f32>((e - 1u) << 23u);
+}
+
 fn scale(d: f32, q: Unit) -> Unit {
     return Unit(d * q.low, d * q.high);
 }
@@ -252,6 +274,11 @@ fn iq4_nl(x: u32, i: u32) -> Unit {
     return scale(f16_at(x), iq4nl_values(nibbles32(x + 2u, i)));
 }
 
+// An E8M0 exponent, then Q4_0's nibble order of E2M1 codes.
+fn mxfp4(x: u32, i: u32) -> Unit {
+    return scale(e8m0_half(byte_at(x)), fp4_values(nibbles32(x + 1u, i)));
+}
+
 // 8 groups of 32 as IQ4_NL blocks with 6-bit scales: `(d * (s - 32)) * kvalues[q]`.
 fn iq4_xs(x: u32, i: u32) -> Unit {
     let ib = i / 32u;
@@ -328,6 +355,9 @@ fn unit_bits(row: u32, first: u32) -> Bits {
         }
         case 23u: {
             values = iq4_xs(x, i);
+        }
+        case 39u: {
+            values = mxfp4(x, i);
         }
         default: {}
     }
