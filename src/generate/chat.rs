@@ -349,10 +349,16 @@ impl ChatTemplate {
     /// end-of-turn marker the template emits (`<|eot_id|>`, `<|im_end|>`, `<end_of_turn>`, ...),
     /// for [`GenerationConfig::stop_strings`](crate::generate::GenerationConfig::stop_strings)
     /// when the model's end-of-sequence ids miss them.
+    ///
+    /// A template of channels (gpt-oss's harmony format, `<|channel|>`) ends a turn on
+    /// `<|return|>` or `<|call|>`: its `<|end|>` closes one message of the turn (the analysis
+    /// before the final answer), not the turn.
     pub fn stop_strings(&self) -> Vec<String> {
         let mut stops: Vec<String> = Vec::new();
+        let channels = self.source.contains("<|channel|>");
+        let markers: &[&str] = if channels { &["<|return|>", "<|call|>"] } else { END_OF_TURN };
         let candidates = std::iter::once(self.eos_token.as_str())
-            .chain(END_OF_TURN.iter().copied().filter(|marker| self.source.contains(marker)));
+            .chain(markers.iter().copied().filter(|marker| self.source.contains(marker)));
         for stop in candidates {
             if !stop.is_empty() && !stops.iter().any(|seen| seen == stop) {
                 stops.push(stop.to_string());

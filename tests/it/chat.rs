@@ -169,6 +169,8 @@ const TEMPLATES: &[(&str, &str, &str, &[&str])] = &[
     ("qwen3-0.6b.jinja", "", "<|im_end|>", &["<|im_end|>"]),
     ("smollm3-3b.jinja", "", "<|im_end|>", &["<|im_end|>"]),
     ("tojson-methods.jinja", "<s>", "</s>", &["</s>"]),
+    // Harmony: `<|end|>` closes the analysis message, and the turn goes on to the final one.
+    ("gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>", &["<|return|>", "<|call|>"]),
 ];
 
 #[test]
