@@ -49,6 +49,11 @@ pub struct Args {
     /// A system message placed before the user's through the chat template.
     #[arg(long, value_name = "TEXT", alias = "system-prompt", conflicts_with = "raw")]
     system: Option<String>,
+    /// For a model that writes its reasoning in a channel of its own (gpt-oss): `show` prints
+    /// it before the answer, between `<think>` and `</think>`; `hide` prints the answer alone.
+    /// `--json` gives it as `reasoning` either way.
+    #[arg(long, value_enum, default_value_t = Reasoning::Show)]
+    reasoning: Reasoning,
     /// The most tokens to generate per turn; -1 (any negative number) generates until the
     /// context is full or the model ends its turn.
     #[arg(
@@ -297,20 +302,86 @@ fn chat_ids<D: Device>(loaded: &LoadedModel<D>, rendered: &str) -> Result<Vec<u3
     Ok(ids)
 }
 
+/// Whether a model's reasoning channel is printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Reasoning {
+    /// Before the answer, between `<think>` and `</think>`.
+    Show,
+    /// Not at all.
+    Hide,
+}
+
 /// What one turn produced.
 struct Turn {
     generated: Vec<u32>,
     text: String,
+    /// The reasoning channel's text, for a model of channels.
+    reasoning: Option<String>,
     timings: Timings,
 }
 
-/// Generates after `prompt`, writing the text to stdout as it comes unless `quiet`.
+/// What a turn prints of a model of channels (gpt-oss): each message's text, the reasoning
+/// between `<think>` and `</think>` (or not at all), never the markers' names.
+struct Printed {
+    channels: nnx::generate::Channels,
+    reasoning: Reasoning,
+    /// The channel of the last text printed.
+    last: Option<String>,
+    answer: String,
+    thought: String,
+}
+
+impl Printed {
+    /// The text to print for token `id` of decoded text `text`.
+    fn push(&mut self, id: u32, text: &str) -> String {
+        let Some(piece) = self.channels.push(id, text) else { return String::new() };
+        let thinking = piece.channel == nnx::generate::ANALYSIS;
+        if thinking { &mut self.thought } else { &mut self.answer }.push_str(&piece.text);
+        if thinking && self.reasoning == Reasoning::Hide {
+            return String::new();
+        }
+        let mut out = String::new();
+        if self.last.as_deref() != Some(piece.channel.as_str()) {
+            let was_thinking = self.last.as_deref() == Some(nnx::generate::ANALYSIS);
+            if was_thinking {
+                out.push_str("\n</think>\n\n");
+            }
+            if thinking {
+                out.push_str("<think>\n");
+            }
+            self.last = Some(piece.channel.clone());
+        }
+        out.push_str(&piece.text);
+        out
+    }
+
+    /// What is left to print when the turn ends.
+    fn finish(&self) -> &'static str {
+        if self.last.as_deref() == Some(nnx::generate::ANALYSIS) { "\n</think>" } else { "" }
+    }
+}
+
+/// Generates after `prompt`, writing the text to stdout as it comes unless `quiet`; a model of
+/// channels prints its channels' texts as `reasoning` says.
 fn turn<D: Device>(
     loaded: &LoadedModel<D>,
     prompt: &[u32],
     config: GenerationConfig,
     quiet: bool,
+    reasoning: Reasoning,
 ) -> Result<Turn, CliError> {
+    let mut printed = match &loaded.chat_template {
+        Some(template) if template.stop_strings().iter().any(|stop| stop == "<|return|>") => {
+            nnx::generate::Channels::new(&loaded.tokenizer).map(|channels| Printed {
+                channels,
+                reasoning,
+                last: None,
+                answer: String::new(),
+                thought: String::new(),
+            })
+        }
+        _ => None,
+    };
     let stop_strings = config.stop_strings.clone();
     let max_new_tokens = config.max_new_tokens;
     let mut generator = Generator::new(&loaded.model, &[prompt], config).map_err(|error| match error {
@@ -332,24 +403,41 @@ fn turn<D: Device>(
     let mut stream = TextStream::new(&loaded.tokenizer, prompt);
     let mut out = std::io::stdout().lock();
     while let Some(chosen) = generator.step()? {
-        if let Some(Some(token)) = chosen.first()
-            && !quiet
-        {
-            write_text(&mut out, &stream.push(*token)?)?;
+        if let Some(Some(token)) = chosen.first() {
+            let text = stream.push(*token)?;
+            let text = match printed.as_mut() {
+                Some(printed) => printed.push(*token, &text),
+                None => text,
+            };
+            if !quiet {
+                write_text(&mut out, &text)?;
+            }
         }
     }
     if !quiet {
-        write_text(&mut out, &stream.finish()?)?;
+        let rest = stream.finish()?;
+        match &printed {
+            Some(printed) => write_text(&mut out, printed.finish())?,
+            None => write_text(&mut out, &rest)?,
+        }
         writeln!(out)?;
         out.flush()?;
     }
     let generated = generator.generated(0).to_vec();
+    if let Some(printed) = printed {
+        return Ok(Turn {
+            generated,
+            text: printed.answer,
+            reasoning: Some(printed.thought),
+            timings: generator.timings(),
+        });
+    }
     let mut text = loaded.tokenizer.decode(&generated)?;
     // The text ends before the stop string the turn ended on.
     if let Some(at) = stop_strings.iter().filter_map(|stop| text.find(stop.as_str())).min() {
         text.truncate(at);
     }
-    Ok(Turn { generated, text, timings: generator.timings() })
+    Ok(Turn { generated, text, reasoning: None, timings: generator.timings() })
 }
 
 /// Writes generated text with control characters escaped (but its line breaks kept), as the
@@ -383,6 +471,7 @@ fn json_report(prompt_ids: &[u32], turn: &Turn) -> String {
         "prompt_ids": prompt_ids,
         "generated_ids": turn.generated,
         "text": turn.text,
+        "reasoning": turn.reasoning,
         "prefill_tokens_per_s": turn.timings.prefill_tokens_per_second(),
         "decode_tokens_per_s": turn.timings.decode_tokens_per_second(),
     });
@@ -423,7 +512,7 @@ fn generate<D: Device>(loaded: &LoadedModel<D>, args: &Args) -> Result<String, C
         )));
     }
     let config = GenerationConfig { max_new_tokens: budget(args, context, prompt_ids.len()), ..config };
-    let turn = turn(loaded, &prompt_ids, config, args.json)?;
+    let turn = turn(loaded, &prompt_ids, config, args.json, args.reasoning)?;
     if !args.json {
         report(prompt_ids.len(), &turn);
         return Ok(String::new());
@@ -466,7 +555,7 @@ fn chat_loop<D: Device>(
             )));
         }
         let config = GenerationConfig { max_new_tokens: budget(args, context, prompt_ids.len()), ..config.clone() };
-        let turn = turn(loaded, &prompt_ids, config, args.json)?;
+        let turn = turn(loaded, &prompt_ids, config, args.json, args.reasoning)?;
         if args.json {
             println!("{}", json_report(&prompt_ids, &turn));
         } else {
@@ -480,4 +569,44 @@ fn chat_loop<D: Device>(
         eprintln!();
     }
     Ok(String::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// gpt-oss's turn `<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final
+    /// <|message|>Hi!<|return|>` as token ids (markers 1-5) and their decoded texts.
+    const TURN: [(u32, &str); 12] = [
+        (2, ""),
+        (10, "analysis"),
+        (3, ""),
+        (11, "Think."),
+        (4, ""),
+        (1, ""),
+        (12, "assistant"),
+        (2, ""),
+        (13, "final"),
+        (3, ""),
+        (14, "Hi!"),
+        (5, ""),
+    ];
+
+    fn print(reasoning: Reasoning) -> (String, Printed) {
+        let channels = nnx::generate::Channels::from_ids(1, 2, 3, [Some(4), Some(5), None]);
+        let mut printed = Printed { channels, reasoning, last: None, answer: String::new(), thought: String::new() };
+        let mut out: String = TURN.iter().map(|&(id, text)| printed.push(id, text)).collect();
+        out.push_str(printed.finish());
+        (out, printed)
+    }
+
+    #[test]
+    fn a_turn_of_channels_prints_the_reasoning_as_asked_and_never_the_markers_names() {
+        let (shown, printed) = print(Reasoning::Show);
+        assert_eq!(shown, "<think>\nThink.\n</think>\n\nHi!");
+        assert_eq!((printed.answer.as_str(), printed.thought.as_str()), ("Hi!", "Think."));
+        let (hidden, printed) = print(Reasoning::Hide);
+        assert_eq!(hidden, "Hi!");
+        assert_eq!(printed.thought, "Think.", "kept for `--json`");
+    }
 }

@@ -28,6 +28,8 @@
 mod cache;
 mod causal;
 #[cfg(feature = "text")]
+mod channels;
+#[cfg(feature = "text")]
 mod chat;
 #[cfg(feature = "text")]
 mod gguf_tokenizer;
@@ -41,6 +43,8 @@ use std::time::{Duration, Instant};
 pub use cache::KvCache;
 pub use causal::CausalLm;
 pub(crate) use causal::{cached_rows, check_capacity};
+#[cfg(feature = "text")]
+pub use channels::{ANALYSIS, Channels, Piece};
 #[cfg(feature = "text")]
 pub use chat::{ChatTemplate, Message};
 #[cfg(feature = "text")]
