@@ -5,6 +5,7 @@
 //! rows are read once per pass.
 
 use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
+use rayon::prelude::*;
 
 use super::{Dense, Project, Weights};
 use crate::nn::{Init, Linear};
@@ -295,8 +296,10 @@ fn one_token(
         }
         Ok(())
     };
-    let mut sum = vec![0f32; x.len()];
-    for (&(expert, weight), pair) in chosen.iter().zip(outputs.chunks_exact_mut(2)) {
+    // The down products of the experts run side by side (each a few hundred rows, too small
+    // to fill the threads alone), and are summed in expert order.
+    let mut downs = Vec::with_capacity(chosen.len());
+    for (&(expert, _), pair) in chosen.iter().zip(outputs.chunks_exact_mut(2)) {
         let [g, u] = pair else { unreachable!("gate and up") };
         bias(gate, expert, g)?;
         bias(up, expert, u)?;
@@ -305,8 +308,19 @@ fn one_token(
         if input != gated.len() || out != x.len() {
             return Ok(None);
         }
-        let mut y = vec![0f32; out];
-        nnx_core::quant::ggml::matvec(ty, bytes, out, input, &gated, &mut y)?;
+        downs.push((ty, bytes, out, gated));
+    }
+    let ys: Vec<crate::Result<Vec<f32>>> = downs
+        .par_iter()
+        .map(|(ty, bytes, out, gated)| {
+            let mut y = vec![0f32; *out];
+            nnx_core::quant::ggml::matvec(*ty, bytes, *out, gated.len(), gated, &mut y)?;
+            Ok(y)
+        })
+        .collect();
+    let mut sum = vec![0f32; x.len()];
+    for (&(expert, weight), y) in chosen.iter().zip(ys) {
+        let mut y: Vec<f32> = y?;
         bias(down, expert, &mut y)?;
         sum.iter_mut().zip(&y).for_each(|(sum, value)| *sum += weight * value);
     }
