@@ -108,28 +108,20 @@ fn f16_at(i: u32) -> f32 {
 // IQ4_NL's codebook (`KVALUES_IQ4NL`), four i8 to a word.
 const IQ4NL: vec4<u32> = vec4<u32>(0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
 
-fn iq4nl_value(q: u32) -> f32 {
-    return f32(bitcast<i32>((IQ4NL[q >> 2u] >> ((q & 3u) * 8u)) << 24u) >> 24u);
-}
-
-fn iq4nl_values(q: Bits) -> Unit {
-    return Unit(
-        vec4<f32>(iq4nl_value(q.low.x), iq4nl_value(q.low.y), iq4nl_value(q.low.z), iq4nl_value(q.low.w)),
-        vec4<f32>(iq4nl_value(q.high.x), iq4nl_value(q.high.y), iq4nl_value(q.high.z), iq4nl_value(q.high.w)),
-    );
-}
-
 // MXFP4's E2M1 values, doubled (`KVALUES_FP4`), four i8 to a word.
 const FP4: vec4<u32> = vec4<u32>(0x03020100u, 0x0c080604u, 0xfdfeff00u, 0xf4f8fafcu);
 
-fn fp4_value(q: u32) -> f32 {
-    return f32(bitcast<i32>((FP4[q >> 2u] >> ((q & 3u) * 8u)) << 24u) >> 24u);
+// Entry `q` (a 4-bit code) of a codebook of 16 i8, four to a word.
+fn codebook_value(book: vec4<u32>, q: u32) -> f32 {
+    return f32(bitcast<i32>((book[q >> 2u] >> ((q & 3u) * 8u)) << 24u) >> 24u);
 }
 
-fn fp4_values(q: Bits) -> Unit {
+fn codebook_values(book: vec4<u32>, q: Bits) -> Unit {
     return Unit(
-        vec4<f32>(fp4_value(q.low.x), fp4_value(q.low.y), fp4_value(q.low.z), fp4_value(q.low.w)),
-        vec4<f32>(fp4_value(q.high.x), fp4_value(q.high.y), fp4_value(q.high.z), fp4_value(q.high.w)),
+        vec4<f32>(codebook_value(book, q.low.x), codebook_value(book, q.low.y), codebook_value(book, q.low.z),
+                  codebook_value(book, q.low.w)),
+        vec4<f32>(codebook_value(book, q.high.x), codebook_value(book, q.high.y), codebook_value(book, q.high.z),
+                  codebook_value(book, q.high.w)),
     );
 }
 
@@ -271,12 +263,12 @@ fn q6_k(x: u32, i: u32) -> Unit {
 }
 
 fn iq4_nl(x: u32, i: u32) -> Unit {
-    return scale(f16_at(x), iq4nl_values(nibbles32(x + 2u, i)));
+    return scale(f16_at(x), codebook_values(IQ4NL, nibbles32(x + 2u, i)));
 }
 
 // An E8M0 exponent, then Q4_0's nibble order of E2M1 codes.
 fn mxfp4(x: u32, i: u32) -> Unit {
-    return scale(e8m0_half(byte_at(x)), fp4_values(nibbles32(x + 1u, i)));
+    return scale(e8m0_half(byte_at(x)), codebook_values(FP4, nibbles32(x + 1u, i)));
 }
 
 // 8 groups of 32 as IQ4_NL blocks with 6-bit scales: `(d * (s - 32)) * kvalues[q]`.
@@ -285,7 +277,7 @@ fn iq4_xs(x: u32, i: u32) -> Unit {
     let low = (byte_at(x + 4u + ib / 2u) >> (4u * (ib & 1u))) & 0xfu;
     let high = (u16_at(x + 2u) >> (2u * ib)) & 3u;
     let dl = f16_at(x) * f32(i32(low | (high << 4u)) - 32);
-    return scale(dl, iq4nl_values(nibbles32(x + 8u + 16u * ib, i & 31u)));
+    return scale(dl, codebook_values(IQ4NL, nibbles32(x + 8u + 16u * ib, i & 31u)));
 }
 
 // Plain types: values `x / TYPE_SIZE..` as f32 bits, read straight from their bytes.
