@@ -14,8 +14,8 @@ use super::super::qwen::Qwen;
 use super::super::{Affine, CausalLm, Dense, Ggml, MapWeights, Seed, TokenEmbedding};
 use super::Files;
 use super::device::{HostTarget, Target, attach_to, ggml_meta, pack_embedding, pack_experts};
-use super::folder::Kind;
-use crate::{Archive, Device, Host, ImportOptions, Module, Result};
+use super::folder::{Kind, Stems};
+use crate::{Archive, Device, Host, ImportOptions, Module, Naming, Result};
 
 /// What differs between the decoders' model types (Llama, Qwen, Gemma 3) as the loader builds
 /// them: the dense meta model is `Self`, its ggml form `Ggml<D>`; where a GGUF file's embedding,
@@ -316,13 +316,15 @@ where
     fn gguf(self: Box<Self>, files: &Files, target: &T) -> Result<Box<dyn CausalLm<Device = D>>> {
         let mut dense = *self;
         let archive = &files.archive;
+        // The GGUF names, once: packing changes shapes, not names.
+        let stems = Stems::new(&dense, Naming::Gguf);
         pack_embedding::<D, T>(archive, dense.embed())?;
-        pack_experts(archive, &mut dense)?;
+        pack_experts(archive, &stems, &mut dense)?;
         let options = match dense.keep_stored_rope_rows() {
             true => ImportOptions::default().with_stored_rope_rows(),
             false => ImportOptions::default(),
         };
-        let ggml = MapWeights::<Dense, Ggml>::map_weights_at(&dense, "", &ggml_meta(archive, &dense)?)?;
+        let ggml = MapWeights::<Dense, Ggml>::map_weights_at(&dense, "", &ggml_meta(archive, &stems))?;
         target.finish_ggml::<M>(ggml, archive, &options, &files.adapters)
     }
 

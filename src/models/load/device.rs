@@ -11,7 +11,7 @@ use super::super::{CausalLm, TokenEmbedding};
 use super::decoder::Decoder;
 use super::folder::Stems;
 use crate::nn::Linear;
-use crate::{Archive, DType, Device, Error, Host, ImportOptions, Module, Naming, Result, Tensor};
+use crate::{Archive, DType, Device, Error, Host, ImportOptions, Module, Result, Tensor};
 
 /// The device a model is imported onto: a meta model is placed there, then imported, so that
 /// each weight goes to the device as it is read.
@@ -183,16 +183,10 @@ pub(super) fn pack_embedding<D: Device, T: Target<D>>(archive: &Archive, embed: 
 /// Makes each stack of experts of `dense` a meta stack of its GGUF entry's ggml blocks, which
 /// the import then maps (on the host) or uploads (on a GPU): a token's product reads only its
 /// experts' rows.
-pub(super) fn pack_experts<M: Decoder>(archive: &Archive, dense: &mut M) -> Result<()> {
-    let paths: Vec<String> = dense.experts().into_iter().map(|stack| stack.path).collect();
-    if paths.is_empty() {
-        return Ok(());
-    }
-    let stems = Stems::new(dense, Naming::Gguf);
-    let names: Vec<String> = paths.iter().map(|path| format!("{}.weight", stems.of(path))).collect();
-    for (stack, name) in dense.experts().into_iter().zip(names) {
+pub(super) fn pack_experts<M: Decoder>(archive: &Archive, stems: &Stems, dense: &mut M) -> Result<()> {
+    for stack in dense.experts() {
         // A missing entry is named by the import.
-        if let Some(ty) = archive.ggml_type(&name) {
+        if let Some(ty) = archive.ggml_type(&format!("{}.weight", stems.of(&stack.path))) {
             let [count, out, input] = stack.experts.dims();
             let bias = stack.experts.bias.take();
             *stack.experts = Experts { bias, ..Experts::packed_meta(count, out, input, ty)? };
@@ -201,14 +195,13 @@ pub(super) fn pack_experts<M: Decoder>(archive: &Archive, dense: &mut M) -> Resu
     Ok(())
 }
 
-/// For `map_weights`: the meta [`GgmlLinear`] of each dense projection of `dense`, of the
-/// ggml type and shape its GGUF entry has.
-pub(super) fn ggml_meta<'a, M: Module>(
+/// For `map_weights`: the meta [`GgmlLinear`] of each dense projection, of the ggml type and
+/// shape its GGUF entry has (`stems`: the model's GGUF names).
+pub(super) fn ggml_meta<'a>(
     archive: &'a Archive,
-    dense: &M,
-) -> Result<impl Fn(&str, &Linear) -> Result<GgmlLinear> + 'a> {
-    let stems = Stems::new(dense, Naming::Gguf);
-    Ok(move |path: &str, linear: &Linear| {
+    stems: &'a Stems,
+) -> impl Fn(&str, &Linear) -> Result<GgmlLinear> + 'a {
+    move |path: &str, linear: &Linear| {
         let source = format!("{}.weight", stems.of(path));
         let [out, features] = linear.weight.shape() else { unreachable!("a linear weight is 2-D") };
         // Every entry of a GGUF file has a ggml type; a missing one is named by the import.
@@ -222,7 +215,7 @@ pub(super) fn ggml_meta<'a, M: Module>(
         })?;
         let bias = linear.bias.as_ref().map(|_| Tensor::meta(DType::F32, &[*out]));
         GgmlLinear::new(Tensor::meta(DType::U8, &[*out, row_bytes]), bias, ty, *features)
-    })
+    }
 }
 
 /// `ggml q8_0 (14), f32 (5)`: the types of a GGUF file's tensors, most common first.
