@@ -371,15 +371,8 @@ fn turn<D: Device>(
     reasoning: Reasoning,
 ) -> Result<Turn, CliError> {
     let mut printed = match &loaded.chat_template {
-        Some(template) if template.stop_strings().iter().any(|stop| stop == "<|return|>") => {
-            nnx::generate::Channels::new(&loaded.tokenizer).map(|channels| Printed {
-                channels,
-                reasoning,
-                last: None,
-                answer: String::new(),
-                thought: String::new(),
-            })
-        }
+        Some(template) if template.has_channels() => nnx::generate::Channels::new(&loaded.tokenizer)
+            .map(|channels| Printed { channels, reasoning, last: None, answer: String::new(), thought: String::new() }),
         _ => None,
     };
     let stop_strings = config.stop_strings.clone();

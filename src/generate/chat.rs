@@ -345,6 +345,12 @@ impl ChatTemplate {
         })
     }
 
+    /// Whether the template writes turns of channels (gpt-oss's harmony format, `<|channel|>`),
+    /// whose messages [`Channels`](crate::generate::Channels) follows.
+    pub fn has_channels(&self) -> bool {
+        self.source.contains("<|channel|>")
+    }
+
     /// The texts that end the assistant's turn: the end-of-sequence token, then each
     /// end-of-turn marker the template emits (`<|eot_id|>`, `<|im_end|>`, `<end_of_turn>`, ...),
     /// for [`GenerationConfig::stop_strings`](crate::generate::GenerationConfig::stop_strings)
@@ -355,8 +361,7 @@ impl ChatTemplate {
     /// before the final answer), not the turn.
     pub fn stop_strings(&self) -> Vec<String> {
         let mut stops: Vec<String> = Vec::new();
-        let channels = self.source.contains("<|channel|>");
-        let markers: &[&str] = if channels { &["<|return|>", "<|call|>"] } else { END_OF_TURN };
+        let markers: &[&str] = if self.has_channels() { &["<|return|>", "<|call|>"] } else { END_OF_TURN };
         let candidates = std::iter::once(self.eos_token.as_str())
             .chain(markers.iter().copied().filter(|marker| self.source.contains(marker)));
         for stop in candidates {
