@@ -221,8 +221,9 @@ fn gguf_models_run_on_the_gpu() {
         println!("{name} {file} on the GPU vs its decoded blocks: max abs difference {diff:e}");
         assert!(diff <= 1e-4, "{name} {file}: the GPU's logits differ by {diff}");
     }
-    // F32 files of every family on the GPU give transformers' logits.
-    for name in CASES {
+    // F32 files of every family on the GPU give transformers' logits, the mixtures of experts'
+    // included.
+    for name in CASES.iter().chain(&MOE) {
         let reference = json(case(name).join("reference.json"));
         let options = nnx::models::LoadOptions::on(gpu.clone());
         let loaded = nnx::models::load_with(case(name).join("model-f32.gguf").to_str().unwrap(), &options).unwrap();
@@ -230,9 +231,9 @@ fn gguf_models_run_on_the_gpu() {
         let diff = max_abs_diff(&ours, &floats(&reference["logits"]), name);
         println!("{name} model-f32.gguf on the GPU vs transformers: max abs difference {diff:e}");
         assert!(diff <= 1e-4, "{name}: the GPU's logits differ from transformers' by {diff}");
-        // Quantized: the GPU's products over the expert views keep the activations in f32, so
-        // they give the logits of the decoded blocks: those of the file converted to F32 by
-        // `nnx convert --type f32`, run on the host.
+        // Quantized: the GPU's products over the packed blocks (and the expert stacks' views)
+        // keep the activations in f32, so they give the logits of the decoded blocks: those of
+        // the file converted to F32 by `nnx convert --type f32`, run on the host.
         let dir = crate::util::scratch();
         for file in ["model-q8_0.gguf", "model-q4_k_m.gguf", "model-mxfp4_moe.gguf"] {
             let source = case(name).join(file);
@@ -507,40 +508,4 @@ fn a_folder_of_mxfp4_expert_pairs_is_refused_by_name() {
     renamed.save(dir.path().join("model.safetensors")).unwrap();
     let error = nnx::models::load(dir.path().to_str().unwrap()).map(|_| ()).expect_err("refused").to_string();
     assert!(error.contains("MXFP4") && error.contains("gate_up_proj_blocks") && error.contains("GGUF"), "{error}");
-}
-
-#[cfg(feature = "gpu")]
-#[test]
-fn mixtures_of_experts_run_on_the_gpu() {
-    let Some(gpu) = crate::gpu::gpu() else { return };
-    for name in MOE {
-        let reference = json(case(name).join("reference.json"));
-        let options = nnx::models::LoadOptions::on(gpu.clone());
-        let loaded = nnx::models::load_with(case(name).join("model-f32.gguf").to_str().unwrap(), &options).unwrap();
-        let ours = loaded.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
-        let diff = max_abs_diff(&ours, &floats(&reference["logits"]), name);
-        println!("{name} model-f32.gguf on the GPU vs transformers: max abs difference {diff:e}");
-        assert!(diff <= 1e-4, "{name}: the GPU's logits differ from transformers' by {diff}");
-        // Quantized: the GPU's products over the expert views keep the activations in f32, so
-        // they give the logits of the decoded blocks: those of the file converted to F32 by
-        // `nnx convert --type f32`, run on the host.
-        let dir = crate::util::scratch();
-        for file in ["model-q8_0.gguf", "model-q4_k_m.gguf", "model-mxfp4_moe.gguf"] {
-            let source = case(name).join(file);
-            if !source.exists() {
-                continue;
-            }
-            let decoded = dir.path().join(file);
-            let args = ["convert".as_ref(), source.as_os_str(), decoded.as_os_str(), "--type".as_ref(), "f32".as_ref()];
-            let (code, _, stderr) = crate::util::run_nnx(&args);
-            assert_eq!(code, 0, "{stderr}");
-            let host = nnx::models::load(decoded.to_str().unwrap()).unwrap();
-            let host = host.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
-            let loaded = nnx::models::load_with(source.to_str().unwrap(), &options).unwrap();
-            let ours = loaded.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
-            let diff = max_abs_diff(&ours, &host, file);
-            println!("{name} {file} on the GPU vs its decoded blocks: max abs difference {diff:e}");
-            assert!(diff <= 1e-4, "{name} {file}: the GPU's logits differ from the decoded blocks' by {diff}");
-        }
-    }
 }
