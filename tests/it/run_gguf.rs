@@ -221,6 +221,14 @@ fn gguf_models_run_on_the_gpu() {
         println!("{name} {file} on the GPU vs its decoded blocks: max abs difference {diff:e}");
         assert!(diff <= 1e-4, "{name} {file}: the GPU's logits differ by {diff}");
     }
+    // A folder of MXFP4 expert pairs: its stacks uploaded packed, products in f32.
+    let reference = json(case("gpt-oss-mxfp4").join("reference.json"));
+    let options = nnx::models::LoadOptions::on(gpu.clone());
+    let loaded = nnx::models::load_with(case("gpt-oss-mxfp4").to_str().unwrap(), &options).unwrap();
+    let ours = loaded.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&ours, &floats(&reference["logits"]), "gpt-oss-mxfp4");
+    println!("gpt-oss-mxfp4 folder on the GPU vs transformers: max abs difference {diff:e}");
+    assert!(diff <= 1e-4, "gpt-oss-mxfp4: the GPU's logits differ from transformers' by {diff}");
     // F32 files of every family on the GPU give transformers' logits, the mixtures of experts'
     // included.
     for name in CASES.iter().chain(&MOE) {
@@ -488,24 +496,61 @@ fn mixture_of_experts_files_decode_as_llama_cpp_does() {
 }
 
 #[test]
-fn a_folder_of_mxfp4_expert_pairs_is_refused_by_name() {
-    // gpt-oss as published: the fused experts as `*_blocks` and `*_scales`, not the BF16 stacks.
+fn a_folder_of_mxfp4_expert_pairs_reads_them_as_transformers_and_llama_cpps_converter_do() {
+    // gpt-oss as published: the fused experts as `*_blocks`/`*_scales` pairs, gate and up rows
+    // interleaved (scripts/models/mxfp4_folder.py). The references are llama.cpp's converter's
+    // GGUF file of the same folder (its ggml MXFP4 blocks) and transformers' own MXFP4 decoder:
+    // a wrong nibble or row order would part from both.
+    let name = "gpt-oss-mxfp4";
+    let reference = json(case(name).join("reference.json"));
+    let expected = floats(&reference["logits"]);
+    let unquantized = floats(&json(case("gpt-oss").join("reference.json"))["logits"]);
+    let moved = max_abs_diff(&expected, &unquantized, name);
+    assert!(moved > 0.5, "the MXFP4 folder is not the BF16 model ({moved})");
+    let (folder, loaded) = logits(name, "");
+    let (gguf, _) = logits(name, "model.gguf");
+    assert_eq!(folder, gguf, "the folder's stacks are the converter's blocks, run alike");
+    // The converter's blocks decoded to F32 (`nnx convert --type f32`) give transformers' logits.
     let dir = crate::util::scratch();
-    let source = case("gpt-oss");
-    for file in ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"] {
-        std::fs::copy(source.join(file), dir.path().join(file)).unwrap();
-    }
+    let decoded = dir.path().join("decoded.gguf");
+    let source = case(name).join("model.gguf");
+    let args = ["convert".as_ref(), source.as_os_str(), decoded.as_os_str(), "--type".as_ref(), "f32".as_ref()];
+    let (code, _, stderr) = crate::util::run_nnx(&args);
+    assert_eq!(code, 0, "{stderr}");
+    let host = nnx::models::load(decoded.to_str().unwrap()).unwrap();
+    let host = host.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&host, &expected, name);
+    println!("{name} decoded blocks vs transformers: max abs difference {diff:e} (MXFP4 moved the logits {moved:e})");
+    assert!(diff <= 1e-4, "{name}: the decoded blocks' logits differ from transformers' by {diff}");
+    // The packed products round a prompt's activations to 8-bit blocks, as llama.cpp's do.
+    let diff = max_abs_diff(&folder, &expected, name);
+    let scale = expected.iter().fold(0f32, |m, x| m.max(x.abs()));
+    println!("{name} folder vs transformers: max abs difference {diff:e} of logits up to {scale}");
+    assert!(diff <= 0.05 * scale, "{name}: the folder's logits differ from transformers' by {diff}");
+    let greedy = ids(&reference["greedy"]);
+    assert_eq!(greedy_with_cache(loaded.model.as_ref(), &ids(&reference["ids"]), greedy.len()), greedy);
+}
+
+#[test]
+fn mxfp4_expert_pairs_that_do_not_fit_the_model_are_refused_by_entry() {
+    let source = case("gpt-oss-mxfp4");
     let archive = nnx::Archive::open(source.join("model.safetensors")).unwrap();
-    let mut renamed = nnx::Archive::new();
-    for name in archive.names().map(str::to_string).collect::<Vec<_>>() {
-        let tensor = archive.get(&name).unwrap();
-        let name = match name.strip_suffix(".mlp.experts.gate_up_proj") {
-            Some(layer) => format!("{layer}.mlp.experts.gate_up_proj_blocks"),
-            None => name,
-        };
-        renamed.insert(name, tensor);
+    let scales = "model.layers.1.mlp.experts.down_proj_scales";
+    for (broken, expected) in [(Some([8, 64, 1]), "found U8 [8, 64, 1]"), (None, "lacks")] {
+        let dir = crate::util::scratch();
+        for file in ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(source.join(file), dir.path().join(file)).unwrap();
+        }
+        let mut written = nnx::Archive::new();
+        for name in archive.names().map(str::to_string).collect::<Vec<_>>() {
+            match (name == scales, broken) {
+                (true, Some(shape)) => written.insert(&name, nnx::Tensor::zeros(nnx::DType::U8, &shape)),
+                (true, None) => {}
+                (false, _) => written.insert(&name, archive.get(&name).unwrap()),
+            }
+        }
+        written.save(dir.path().join("model.safetensors")).unwrap();
+        let error = nnx::models::load(dir.path().to_str().unwrap()).map(|_| ()).expect_err("refused").to_string();
+        assert!(error.contains(scales) && error.contains(expected), "{error}");
     }
-    renamed.save(dir.path().join("model.safetensors")).unwrap();
-    let error = nnx::models::load(dir.path().to_str().unwrap()).map(|_| ()).expect_err("refused").to_string();
-    assert!(error.contains("MXFP4") && error.contains("gate_up_proj_blocks") && error.contains("GGUF"), "{error}");
 }

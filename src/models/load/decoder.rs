@@ -3,7 +3,7 @@
 //! model is boxed as a [`DecoderModel`], which loads on the host and, with the `gpu` feature,
 //! on a GPU.
 
-use nnx_core::quant::ggml::GgmlLinear;
+use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
 
 use super::super::gemma3::Gemma3;
 use super::super::gpt_oss::GptOss;
@@ -72,29 +72,27 @@ pub(super) enum StackSource {
     Fused { name: String, parts: usize, index: usize },
 }
 
-/// Refuses a folder that stores its fused experts as MXFP4 pairs (`{name}_blocks`,
-/// `{name}_scales`, as gpt-oss is published), which nnx reads from GGUF files only.
-fn refuse_microscaled_experts<M: Decoder>(dense: &mut M, files: &Files) -> Result<()> {
+/// Makes each fused stack that a folder stores as MXFP4 pairs (`{name}_blocks`, `{name}_scales`,
+/// as gpt-oss is published) a meta stack of ggml MXFP4 rows, which [`stacked_experts`] then
+/// fills with the pairs' codes and exponents as they are.
+fn pack_microscaled_experts<M: Decoder>(dense: &mut M, archive: &Archive) -> Result<()> {
     for stack in dense.experts() {
         if let StackSource::Fused { name, .. } = &stack.source
-            && !files.archive.contains(name)
-            && files.archive.contains(&format!("{name}_blocks"))
+            && !archive.contains(name)
+            && archive.contains(&format!("{name}_blocks"))
         {
-            return Err(super::super::decoder::unusable(
-                &files.path,
-                format!(
-                    "stores its experts as MXFP4 pairs (`{name}_blocks`, `{name}_scales`), which nnx reads from \
-                     GGUF files: convert the folder with llama.cpp's convert_hf_to_gguf.py (it keeps them MXFP4), \
-                     or run the model's GGUF file"
-                ),
-            ));
+            let [count, out, input] = stack.experts.dims();
+            let bias = stack.experts.bias.take();
+            *stack.experts = Experts { bias, ..Experts::packed_meta(count, out, input, GgmlType::MXFP4)? };
         }
     }
     Ok(())
 }
 
-/// The import options that build each stack of experts from a transformers folder.
-fn stacked_experts<M: Decoder>(dense: &mut M) -> ImportOptions {
+/// The import options that build each stack of experts from a transformers folder, after
+/// [`pack_microscaled_experts`].
+fn stacked_experts<M: Decoder>(dense: &mut M, archive: &Archive) -> Result<ImportOptions> {
+    pack_microscaled_experts(dense, archive)?;
     let mut options = ImportOptions::default();
     for stack in dense.experts() {
         let count = stack.experts.dims()[0];
@@ -112,18 +110,21 @@ fn stacked_experts<M: Decoder>(dense: &mut M) -> ImportOptions {
             }
             StackSource::Fused { name, parts, index } => {
                 let bias = format!("{name}_bias");
-                let options = options.hook(weight, [name.clone()], move |archive, context| {
-                    let &[experts, out, input] = context.shape else { unreachable!("a stack is 3-D") };
-                    let source = archive.tensor(&name, context.dtype, &[experts, input, out * parts])?;
-                    let values = source.to_dtype(crate::DType::F32)?.to_vec::<f32>()?;
-                    let mut cut = Vec::with_capacity(experts * out * input);
-                    for expert in values.chunks_exact(input * out * parts) {
-                        for column in 0..out {
-                            cut.extend((0..input).map(|row| expert[row * out * parts + column * parts + index]));
+                let options = match stack.experts.ggml {
+                    Some((_, input)) => microscaled_hook(options, weight, name, parts, index, input),
+                    None => options.hook(weight, [name.clone()], move |archive, context| {
+                        let &[experts, out, input] = context.shape else { unreachable!("a stack is 3-D") };
+                        let source = archive.tensor(&name, context.dtype, &[experts, input, out * parts])?;
+                        let values = source.to_dtype(crate::DType::F32)?.to_vec::<f32>()?;
+                        let mut cut = Vec::with_capacity(experts * out * input);
+                        for expert in values.chunks_exact(input * out * parts) {
+                            for column in 0..out {
+                                cut.extend((0..input).map(|row| expert[row * out * parts + column * parts + index]));
+                            }
                         }
-                    }
-                    crate::Tensor::from_vec(cut, context.shape)?.to_dtype(context.dtype)
-                });
+                        crate::Tensor::from_vec(cut, context.shape)?.to_dtype(context.dtype)
+                    }),
+                };
                 match stack.experts.bias.is_some() {
                     true => options.hook(format!("{}.bias", stack.path), [bias.clone()], move |archive, context| {
                         let &[experts, out] = context.shape else { unreachable!("a stack's bias is 2-D") };
@@ -137,7 +138,37 @@ fn stacked_experts<M: Decoder>(dense: &mut M) -> ImportOptions {
             }
         };
     }
-    options
+    Ok(options)
+}
+
+/// The hook that fills the MXFP4 stack `weight` (`[experts, out, row_bytes]`) from the pairs
+/// `{name}_blocks` (`[experts, out * parts, input / 32, 16]`) and `{name}_scales`
+/// (`[experts, out * parts, input / 32]`), taking every `parts`-th row from `index` (gpt-oss
+/// interleaves gate and up rows): one copy, the codes and exponents kept.
+fn microscaled_hook(
+    options: ImportOptions,
+    weight: String,
+    name: String,
+    parts: usize,
+    index: usize,
+    input: usize,
+) -> ImportOptions {
+    let (blocks, scales) = (format!("{name}_blocks"), format!("{name}_scales"));
+    options.hook(weight, [blocks.clone(), scales.clone()], move |archive, context| {
+        let &[experts, out, row_bytes] = context.shape else { unreachable!("a stack is 3-D") };
+        let groups = input / 32;
+        let codes = archive.tensor(&blocks, crate::DType::U8, &[experts, out * parts, groups, 16])?;
+        let exponents = archive.tensor(&scales, crate::DType::U8, &[experts, out * parts, groups])?;
+        let (codes, exponents) = (codes.to_bytes()?, exponents.to_bytes()?);
+        let mut packed = vec![0u8; experts * out * row_bytes];
+        for (row, target) in packed.chunks_exact_mut(row_bytes).enumerate() {
+            let source = (row / out) * out * parts + (row % out) * parts + index;
+            let codes = &codes[source * groups * 16..][..groups * 16];
+            let exponents = &exponents[source * groups..][..groups];
+            nnx_core::quant::ggml::mxfp4_from_pairs(codes, exponents, target)?;
+        }
+        crate::Tensor::from_bytes(crate::DType::U8, context.shape, &packed)
+    })
 }
 
 /// `model` (a decoder over ggml blocks) with `adapters` beside its projections, each a
@@ -330,8 +361,7 @@ where
 
     fn folder(self: Box<Self>, files: &Files, kind: Kind, target: &T) -> Result<Box<dyn CausalLm<Device = D>>> {
         let mut dense = *self;
-        refuse_microscaled_experts(&mut dense, files)?;
-        let options = stacked_experts(&mut dense);
+        let options = stacked_experts(&mut dense, &files.archive)?;
         files.assemble(
             dense,
             kind,
@@ -387,15 +417,19 @@ where
     fn plan_dense(&self, archive: &Archive) -> Result<crate::ImportPlan> {
         match archive.gguf_metadata() {
             Some(_) => archive.import_plan(self, ""),
-            None => archive.import_plan_with(self, "", &stacked_experts(&mut self.clone())),
+            None => {
+                let mut dense = self.clone();
+                let options = stacked_experts(&mut dense, archive)?;
+                archive.import_plan_with(&dense, "", &options)
+            }
         }
     }
 
     fn plan_folder(&self, files: &Files, kind: Kind) -> Result<crate::ImportPlan> {
         let mut dense = self.clone();
-        let options = stacked_experts(&mut dense);
+        let options = stacked_experts(&mut dense, &files.archive)?;
         files.plan_folder(
-            self,
+            &dense,
             kind,
             &options,
             |dense, f| MapWeights::<Dense, Affine>::map_weights_at(dense, "", f),

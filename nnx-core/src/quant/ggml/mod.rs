@@ -18,7 +18,7 @@ pub use dequant::dequantize_row;
 pub use dot::{matmul, matvec, matvec_many};
 #[cfg(feature = "kernels")]
 pub use linear::GgmlLinear;
-pub use quantize::{can_quantize, quantize_row};
+pub use quantize::{can_quantize, mxfp4_from_pairs, quantize_row};
 
 use crate::error::{Error, Result};
 

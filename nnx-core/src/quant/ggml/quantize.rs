@@ -268,6 +268,38 @@ fn mxfp4(x: &[f32], out: &mut [u8]) {
     pack_nibbles(&q, &mut out[1..]);
 }
 
+/// Repacks MXFP4 blocks stored as OCP pairs (PyTorch's and the safetensors checkpoints'
+/// layout: `codes` 16 bytes a block, value `2i` in byte `i`'s low nibble and `2i + 1` in its
+/// high one; `scales` one E8M0 byte a block) into ggml's MXFP4 blocks (`out`, 17 bytes a block:
+/// the exponent, then value `j` in byte `j`'s low nibble and `j + 16` in its high one). The
+/// codes and exponents are kept as they are: nothing is decoded.
+///
+/// # Errors
+/// [`Error::GgmlRow`] when `codes`, `scales` and `out` are not the same number of blocks.
+pub fn mxfp4_from_pairs(codes: &[u8], scales: &[u8], out: &mut [u8]) -> Result<()> {
+    let ty = GgmlType::MXFP4;
+    if codes.len() != scales.len() * 16 {
+        return Err(Error::GgmlRow {
+            op: "mxfp4_from_pairs",
+            ty: ty.name(),
+            block_size: 32,
+            values: scales.len() * 32,
+            bytes: codes.len(),
+        });
+    }
+    check_row("mxfp4_from_pairs", ty, out.len(), scales.len() * 32)?;
+    for ((pair, &scale), block) in codes.chunks_exact(16).zip(scales).zip(out.chunks_exact_mut(17)) {
+        let code = |value: usize| (pair[value / 2] >> (4 * (value % 2))) & 0xf;
+        let mut q = [0u8; 32];
+        for (value, q) in q.iter_mut().enumerate() {
+            *q = code(value);
+        }
+        block[0] = scale;
+        pack_nibbles(&q, &mut block[1..]);
+    }
+    Ok(())
+}
+
 /// Half of the E8M0 scale `2^(e - 127)`, the factor of the doubled E2M1 values.
 fn e8m0_half(e: u8) -> f32 {
     let bits = if e < 2 { 0x0020_0000u32 << e } else { u32::from(e - 1) << 23 };
@@ -493,5 +525,26 @@ mod tests {
             let bound = 1.5 * 0.5f32.powi(bits);
             assert!(err / rms < bound, "{ty}: relative rms error {}", err / rms);
         }
+    }
+
+    #[test]
+    fn mxfp4_pairs_keep_every_value_in_its_place() {
+        // Two blocks whose 64 values are each a different (code, position) pair, decoded by the
+        // OCP definition: 2^(e - 127) times the E2M1 value of the code.
+        const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+        let codes_of: Vec<u8> = (0..64u32).map(|value| ((value * 7 + value / 5) % 16) as u8).collect();
+        let scales = [127u8, 130];
+        let pairs: Vec<u8> = codes_of.chunks_exact(2).map(|two| two[0] | (two[1] << 4)).collect();
+        let mut blocks = [0u8; 34];
+        mxfp4_from_pairs(&pairs, &scales, &mut blocks).unwrap();
+        let mut decoded = [0f32; 64];
+        crate::quant::ggml::dequantize_row(GgmlType::MXFP4, &blocks, &mut decoded).unwrap();
+        for (value, (&code, &found)) in codes_of.iter().zip(&decoded).enumerate() {
+            let sign = if code & 8 != 0 { -1.0 } else { 1.0 };
+            let expected = sign * E2M1[usize::from(code & 7)] * 2f32.powi(i32::from(scales[value / 32]) - 127);
+            assert_eq!(found, expected, "value {value}");
+        }
+        assert!(mxfp4_from_pairs(&pairs[..16], &scales, &mut blocks).is_err(), "codes for one block, two scales");
+        assert!(mxfp4_from_pairs(&pairs, &scales, &mut blocks[..17]).is_err(), "room for one block");
     }
 }
