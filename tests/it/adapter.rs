@@ -694,3 +694,87 @@ fn peft_adapters_saved_as_pytorch_checkpoints_read_the_same() {
         assert_eq!(a.b.to_vec::<f32>().unwrap(), b.b.to_vec::<f32>().unwrap());
     }
 }
+
+#[test]
+fn lora_on_a_mixture_of_experts_adapts_attention_beside_gguf_stacks_and_experts_merged_into_folders() {
+    let models = fixtures().join("models").join("qwen3moe");
+    let reference: Value =
+        serde_json::from_str(&std::fs::read_to_string(models.join("reference.json")).unwrap()).unwrap();
+    let ids = ids(&reference["ids"]);
+    let dir = crate::util::scratch();
+    let logits = |model: &std::path::Path, adapter: Option<&std::path::Path>| {
+        let mut options = nnx::models::LoadOptions::default();
+        if let Some(adapter) = adapter {
+            options = options.adapter(Adapter::open(adapter).unwrap(), 1.0);
+        }
+        let loaded = nnx::models::load_with(model.to_str().unwrap(), &options)?;
+        Ok::<_, nnx::Error>(loaded.model.logits(&ids)?.to_vec::<f32>()?)
+    };
+    // The folder in F32 (its BF16 values widened), so that merged and run-time products round alike;
+    // `edit` changes one weight of the copy.
+    let folder = |name: &str, edit: &dyn Fn(&str, Vec<f32>) -> Vec<f32>| {
+        let out = dir.path().join(name);
+        std::fs::create_dir(&out).unwrap();
+        for file in ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(models.join(file), out.join(file)).unwrap();
+        }
+        let source = Archive::open(models.join("model.safetensors")).unwrap();
+        let mut widened = Archive::new();
+        for name in source.names().map(str::to_string).collect::<Vec<_>>() {
+            let tensor = source.get(&name).unwrap().to_dtype(DType::F32).unwrap();
+            let values = edit(&name, tensor.to_vec::<f32>().unwrap());
+            widened.insert(&name, Tensor::from_vec(values, tensor.shape()).unwrap());
+        }
+        widened.save(out.join("model.safetensors")).unwrap();
+        out
+    };
+    // PEFT adapters of rank 4, alpha 8 (scale 2), with fixed factors on one module.
+    const RANK: usize = 4;
+    let factor = |len: usize, seed: f32| (0..len).map(|i| 0.05 * (i as f32 * 0.37 + seed).sin()).collect::<Vec<f32>>();
+    let adapter = |name: &str, module: &str, out: usize, input: usize| {
+        let path = dir.path().join(name);
+        std::fs::create_dir(&path).unwrap();
+        let mut archive = Archive::new();
+        let a = Tensor::from_vec(factor(RANK * input, 1.0), &[RANK, input]).unwrap();
+        let b = Tensor::from_vec(factor(out * RANK, 2.0), &[out, RANK]).unwrap();
+        archive.insert(format!("base_model.model.{module}.lora_A.weight"), a);
+        archive.insert(format!("base_model.model.{module}.lora_B.weight"), b);
+        archive.save(path.join("adapter_model.safetensors")).unwrap();
+        let leaf = module.rsplit('.').next().unwrap();
+        let config = serde_json::json!({"peft_type": "LORA", "r": RANK, "lora_alpha": 8, "target_modules": [leaf]});
+        std::fs::write(path.join("adapter_config.json"), config.to_string()).unwrap();
+        path
+    };
+    let plain = folder("plain", &|_, values| values);
+    let base = logits(&plain, None).unwrap();
+
+    // Attention: applied beside the GGUF file's stacks, as merged into the folder.
+    let attention = adapter("attention", "model.layers.0.self_attn.q_proj", 128, 64);
+    let merged = logits(&plain, Some(&attention)).unwrap();
+    let beside = logits(&models.join("model-f32.gguf"), Some(&attention)).unwrap();
+    assert!(max_abs_diff(&merged, &base, "attention") > 1e-2, "the adapter changes the model");
+    let diff = max_abs_diff(&beside, &merged, "attention");
+    assert!(diff <= 1e-4, "attention LoRA beside the GGUF stacks differs from the merged folder by {diff}");
+
+    // An expert: merged into the folder's weight of that expert, as merging it by hand does.
+    let module = "model.layers.1.mlp.experts.3.gate_proj";
+    let experts = adapter("experts", module, 48, 64);
+    let (a, b) = (factor(RANK * 64, 1.0), factor(48 * RANK, 2.0));
+    let by_hand = folder("by-hand", &|name, mut values| {
+        if name == format!("{module}.weight") {
+            for (at, value) in values.iter_mut().enumerate() {
+                let (row, column) = (at / 64, at % 64);
+                *value += 2.0 * (0..RANK).map(|k| b[row * RANK + k] * a[k * 64 + column]).sum::<f32>();
+            }
+        }
+        values
+    });
+    let merged = logits(&plain, Some(&experts)).unwrap();
+    assert!(max_abs_diff(&merged, &base, "experts") > 1e-3, "the routed expert's change reaches the logits");
+    let diff = max_abs_diff(&merged, &logits(&by_hand, None).unwrap(), "experts");
+    assert!(diff <= 1e-5, "the expert's merged adapter differs from merging it by hand by {diff}");
+
+    // Beside a GGUF file's packed stacks: refused by module, pointing at the folder.
+    let error = logits(&models.join("model-q8_0.gguf"), Some(&experts)).expect_err("refused").to_string();
+    assert!(error.contains(module) && error.contains("experts") && error.contains("folder"), "{error}");
+}

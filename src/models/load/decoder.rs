@@ -171,6 +171,42 @@ fn microscaled_hook(
     })
 }
 
+/// Refuses a run-time adapter (on a GGUF file) that adapts a stack of experts: nnx applies
+/// adapters beside a GGUF file's attention and dense projections, not its packed expert stacks
+/// (`stems`: the model's GGUF names). A folder's per-expert weights take them merged.
+fn refuse_expert_adapters<M: Decoder>(
+    dense: &mut M,
+    stems: &Stems,
+    adapters: &[(crate::adapter::Adapter, f32)],
+) -> Result<()> {
+    for stack in dense.experts() {
+        let gguf = stems.of(&stack.path);
+        let folder = match &stack.source {
+            StackSource::PerExpert(pattern) => pattern.split("{}").next().unwrap_or(pattern).to_string(),
+            StackSource::Fused { name, .. } => name.clone(),
+        };
+        for (adapter, _) in adapters {
+            let names = |module: &&crate::adapter::LoraModule| {
+                let source = module.source.strip_prefix("base_model.model.").unwrap_or(&module.source);
+                source.starts_with(&gguf) || source.starts_with(&folder)
+            };
+            if let Some(module) = adapter.modules.iter().find(names) {
+                return Err(crate::Error::Adapter {
+                    path: adapter.path.clone(),
+                    entry: module.source.clone(),
+                    problem: format!(
+                        "adapts the experts `{}` of a GGUF file, whose stacks nnx runs packed and adapts only beside \
+                         attention and dense projections: merge the adapter into the model's transformers folder \
+                         (`nnx run FOLDER --lora ADAPTER` merges it into each expert's weights), or drop its expert modules",
+                        stack.path
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `model` (a decoder over ggml blocks) with `adapters` beside its projections, each a
 /// [`Lora`] over the block layer; `stored_rope_rows` says whether its q and k keep the file's
 /// rotary row order, which the adapters' rows then follow.
@@ -355,6 +391,7 @@ where
             true => ImportOptions::default().with_stored_rope_rows(),
             false => ImportOptions::default(),
         };
+        refuse_expert_adapters(&mut dense, &stems, &files.adapters)?;
         let ggml = MapWeights::<Dense, Ggml>::map_weights_at(&dense, "", &ggml_meta(archive, &stems))?;
         target.finish_ggml::<M>(ggml, archive, &options, &files.adapters)
     }
