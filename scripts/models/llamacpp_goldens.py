@@ -8,7 +8,8 @@ For each `*.gguf`: the logits of all 16 positions of reference.json's `ids` (eva
 no BOS added), 12 ids generated greedily (argmax of the last position's logits, fed back one at a
 time, end-of-sequence not stopping it), llama.cpp's tokenization of reference.json's `prompt`
 (add_special=True, so BOS only where the GGUF says so; parse_special=True), and the final
-perplexity estimate of `llama-perplexity -c 16 -b 16 -t 2` on FIXTURES_DIR/perplexity.txt.
+perplexity estimate of `llama-perplexity -c 16 -b 16 -t 2` on FIXTURES_DIR/perplexity.txt (for F32
+files also `perplexity_exact`, with `-fa off -ctk f32 -ctv f32`).
 For the F32 files also `logits_kv_f32`: the same logits with llama.cpp's K/V cache in F32
 instead of its default F16.
 """
@@ -61,6 +62,17 @@ def run_gguf(path, ids, prompt, perplexity_bin, text_path):
     m = re.search(r"Final estimate: PPL = ([0-9.eE+-]+)", out.stdout + out.stderr)
     if out.returncode != 0 or not m:
         raise RuntimeError(f"llama-perplexity failed on {path}:\n{out.stderr[-3000:]}")
+    if path.name.endswith("-f32.gguf"):
+        # llama-perplexity's flash attention (on by default) rounds Q, K and V to F16 whatever
+        # the cache types say; without it and with an F32 cache the F32 files' perplexity is
+        # the exact one (on the MoE files, the F16 rounding flips a few routing choices).
+        exact = subprocess.run([perplexity_bin, "-m", str(path), "-f", str(text_path), "-c", str(CTX),
+                                "-b", str(CTX), "-t", "2", "-fa", "off", "-ctk", "f32", "-ctv", "f32"],
+                               capture_output=True, text=True)
+        found = re.search(r"Final estimate: PPL = ([0-9.eE+-]+)", exact.stdout + exact.stderr)
+        if exact.returncode != 0 or not found:
+            raise RuntimeError(f"llama-perplexity -fa off failed on {path}:\n{exact.stderr[-3000:]}")
+        extra["perplexity_exact"] = float(found.group(1))
     return {
         "logits": [round7(row) for row in logits.tolist()],
         "greedy": greedy,
