@@ -63,7 +63,7 @@ pub use nnx_core::{
 pub use pretrained::{Pretrained, PretrainedOptions};
 
 // Layers and quantized encodings.
-pub use nnx_core::{nn, quant};
+pub use nnx_core::{nn, parallel, quant};
 
 // Archives, saves and imports.
 /// LoRA adapters (PEFT, MLX-LM, GGUF) read and merged into derived modules.

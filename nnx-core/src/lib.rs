@@ -15,6 +15,7 @@ mod kernels;
 mod module;
 pub mod nn;
 mod ops;
+pub mod parallel;
 pub mod quant;
 mod shape;
 mod state;

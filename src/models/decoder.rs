@@ -612,6 +612,10 @@ macro_rules! causal_lm {
                 ids: &[u32],
                 cache: &mut $crate::generate::KvCache<D>,
             ) -> $crate::Result<$crate::Tensor> {
+                // A decoded step on the host: the pool's workers stay awake between its many
+                // short products (a prompt's products are long enough to wake them).
+                let host = std::any::TypeId::of::<D>() == std::any::TypeId::of::<$crate::Host>();
+                let _awake = (host && ids.len() < 16).then($crate::parallel::Awake::new);
                 $crate::Compute::to_host(&self.forward_with_cache(ids, cache)?)
             }
         }

@@ -37,7 +37,19 @@ use crate::error::{Error, Result};
 const TILE: usize = 4;
 
 /// The most weight rows one parallel task computes.
-const MAX_ROWS_PER_TASK: usize = 16;
+const MAX_ROWS_PER_TASK: usize = 256;
+
+/// Weight rows per parallel task of a product of `rows` rows of `ty`. The integer kernels'
+/// rows are short (a few hundred bytes) and each task costs a steal, so they go in two long
+/// runs per thread, which the processor also prefetches better. The float rows (F16: twice
+/// the bytes a value, widened on the way) in eight per thread, so that threads finishing at
+/// different speeds still end together: with two runs F16 decoded 6 % slower, with eight the
+/// integer types 5-15 % slower (a Llama of 135M parameters, two threads).
+fn rows_per_task(ty: GgmlType, rows: usize) -> usize {
+    let runs = if has_kernel(ty) { 2 } else { 8 };
+    let limit = if has_kernel(ty) { MAX_ROWS_PER_TASK } else { 16 };
+    (rows / (rayon::current_num_threads() * runs)).clamp(1, limit)
+}
 
 /// Weight values below which a product runs on the calling thread: smaller products finish
 /// before rayon would have handed out the work.
@@ -128,7 +140,8 @@ pub fn matvec_many(weights: &[(GgmlType, &[u8], usize)], cols: usize, x: &[f32],
     let acts = Activations::quantize(x, 1, cols);
     let act = acts.row(0);
     let total: usize = weights.iter().map(|&(_, _, rows)| rows).sum();
-    let per_task = (total / (rayon::current_num_threads() * 8)).clamp(1, MAX_ROWS_PER_TASK);
+    // Every weight here has an integer kernel.
+    let per_task = rows_per_task(weights[0].0, total);
     // Each task: a weight, its first row, and the outputs of its rows.
     let mut tasks = Vec::with_capacity(total / per_task + weights.len());
     for (index, y) in ys.iter_mut().enumerate() {
@@ -452,7 +465,7 @@ impl Operands<'_> {
             transposed = vec![0f32; rows * m];
             &mut transposed
         };
-        let per_task = (rows / (rayon::current_num_threads() * 8)).clamp(1, MAX_ROWS_PER_TASK);
+        let per_task = rows_per_task(ty, rows);
         let parallel = rows.saturating_mul(cols) >= SERIAL_VALUES && rows > per_task;
         if has_kernel(ty) {
             let acts = Activations::quantize(x, m, cols);
