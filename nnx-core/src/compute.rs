@@ -266,6 +266,13 @@ pub trait Compute: Sized + Clone {
     /// # Errors
     /// The device's errors when the transfer fails.
     fn to_host(&self) -> Result<Tensor>;
+
+    /// `host`'s elements on this tensor's device (on the host, `host` itself): where a model
+    /// computes a step on the host that the device has no kernel for.
+    ///
+    /// # Errors
+    /// The device's errors when the transfer fails.
+    fn upload_like(&self, host: &Tensor) -> Result<Self>;
 }
 
 /// The methods whose inherent versions have the trait's signatures on every device.
@@ -439,6 +446,10 @@ impl Compute for Tensor<Host> {
     fn to_host(&self) -> Result<Tensor> {
         Ok(self.clone())
     }
+
+    fn upload_like(&self, host: &Tensor) -> Result<Self> {
+        Ok(host.clone())
+    }
 }
 
 #[cfg(feature = "gpu")]
@@ -477,5 +488,9 @@ impl Compute for Tensor<crate::Gpu> {
 
     fn to_host(&self) -> Result<Tensor> {
         Tensor::<crate::Gpu>::to_host(self)
+    }
+
+    fn upload_like(&self, host: &Tensor) -> Result<Self> {
+        host.to_device(self.device())
     }
 }

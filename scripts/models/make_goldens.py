@@ -248,11 +248,33 @@ def case_configs(tok_ids):
                                           "original_max_position_embeddings": 128, "beta_fast": 32.0,
                                           "beta_slow": 1.0, "truncate": True},
                          swiglu_limit=7.0, attention_bias=True, tie_word_embeddings=False)),
+        # Qwen3.5: three Gated DeltaNet layers, then one gated full-attention layer (partial
+        # rotary: a quarter of each head of 32). Two key heads serve four value heads, so that
+        # the converter's reordering of value heads is exercised. rms_norm_eps is 1e-6, the
+        # epsilon transformers' DeltaNet uses for its l2 norms (llama.cpp uses rms_norm_eps).
+        "qwen35": ("qwen", transformers.Qwen3_5TextConfig, transformers.Qwen3_5ForCausalLM,
+                   dict(COMMON, num_hidden_layers=4, head_dim=32, rms_norm_eps=1e-6,
+                        layer_types=["linear_attention"] * 3 + ["full_attention"],
+                        rope_parameters={"rope_type": "default", "rope_theta": 1e7,
+                                         "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1]},
+                        linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                        linear_num_key_heads=2, linear_num_value_heads=4, tie_word_embeddings=False)),
+        # Qwen3.5-MoE: the same layers with 8 experts of 32 (2 per token, renormalized) and a
+        # shared expert of 48 behind a sigmoid gate on every layer.
+        "qwen35moe": ("qwen", transformers.Qwen3_5MoeTextConfig, transformers.Qwen3_5MoeForCausalLM,
+                      dict(COMMON, num_hidden_layers=4, head_dim=32, rms_norm_eps=1e-6,
+                           layer_types=["linear_attention"] * 3 + ["full_attention"],
+                           rope_parameters={"rope_type": "default", "rope_theta": 1e7,
+                                            "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1]},
+                           linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                           linear_num_key_heads=2, linear_num_value_heads=4, num_experts=8,
+                           num_experts_per_tok=2, moe_intermediate_size=32,
+                           shared_expert_intermediate_size=48, tie_word_embeddings=False)),
     }
 
 
 @torch.no_grad()
-def randomize(model, seed, gemma):
+def randomize(model, seed, gemma, qwen35=False):
     g = torch.Generator().manual_seed(seed)
     for name, p in sorted(model.named_parameters()):
         n = torch.randn(p.shape, generator=g, dtype=torch.float32)
@@ -261,8 +283,10 @@ def randomize(model, seed, gemma):
             # logits would otherwise have a standard deviation of only about 0.4.
             v = 3.0 + 0.2 * n
         elif name.endswith("norm.weight"):
-            # Gemma's RMSNorm computes x * (1 + w); the others x * w.
-            v = 0.2 * n if gemma else 1.0 + 0.2 * n
+            # Gemma's and Qwen3.5's RMSNorms compute x * (1 + w); the others (Qwen3.5's gated
+            # DeltaNet norm among them) x * w.
+            centred = gemma or (qwen35 and "linear_attn.norm" not in name)
+            v = 0.2 * n if centred else 1.0 + 0.2 * n
         elif name.endswith(".bias"):
             v = 0.2 * n
         elif "embed_tokens" in name:
@@ -314,7 +338,7 @@ def make_case(out, name, index, family, config_cls, model_cls, kwargs):
 
     torch.manual_seed(1000 + index)
     model = model_cls(cfg).eval()
-    randomize(model, 2000 + index, gemma=(family == "gemma"))
+    randomize(model, 2000 + index, gemma=(family == "gemma"), qwen35=name.startswith("qwen35"))
     model.to(torch.bfloat16)
     model.save_pretrained(folder, safe_serialization=True)
     write_generation_config(folder, tok, cfg, family)

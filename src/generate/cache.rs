@@ -14,13 +14,43 @@ use crate::{Compute, Device, Error, Host, Tensor};
 ///
 /// A model fills it through [`CausalLm::forward_cached`](super::CausalLm::forward_cached):
 /// per layer [`update`](KvCache::update), then one [`advance`](KvCache::advance).
+///
+/// A recurrent layer (a linear-attention layer such as Qwen3.5's Gated DeltaNet) keeps a
+/// [`RecurrentState`] instead of keys and values ([`KvCache::hybrid`]): the same cache then
+/// serves a hybrid model's attention and recurrent layers, and generation treats it as any other.
 #[derive(Clone, Debug)]
 pub struct KvCache<D: Device = Host> {
     keys: Vec<Tensor<D>>,
     values: Vec<Tensor<D>>,
+    recurrent: Vec<Option<RecurrentState>>,
     capacity: usize,
     len: usize,
     padding: Vec<usize>,
+}
+
+/// What one layer of a model keeps between steps ([`KvCache::hybrid`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerMemory {
+    /// Keys and values of every position (an attention layer).
+    KeysValues,
+    /// A state of fixed size per sequence (a recurrent layer): `conv` values of its
+    /// convolution's last inputs and `state` values of its state matrices.
+    Recurrent {
+        /// The convolution's remembered inputs, per sequence.
+        conv: usize,
+        /// The state matrices' values, per sequence.
+        state: usize,
+    },
+}
+
+/// The state a recurrent layer carries from one step to the next, per sequence, in f32 on the
+/// host (where the recurrence is computed): zero before the first token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecurrentState {
+    /// The convolution's last inputs, `batch` blocks of the layer's `conv` values.
+    pub conv: Vec<f32>,
+    /// The state matrices, `batch` blocks of the layer's `state` values.
+    pub state: Vec<f32>,
 }
 
 impl<D: Device> KvCache<D> {
@@ -112,6 +142,16 @@ impl<D: Device> KvCache<D> {
     pub fn clear(&mut self) {
         self.len = 0;
         self.padding.fill(0);
+        for state in self.recurrent.iter_mut().flatten() {
+            state.conv.fill(0.0);
+            state.state.fill(0.0);
+        }
+    }
+
+    /// The state of recurrent layer `layer`, `None` for an attention layer (or past the
+    /// layers).
+    pub fn recurrent_mut(&mut self, layer: usize) -> Option<&mut RecurrentState> {
+        self.recurrent.get_mut(layer)?.as_mut()
     }
 
     fn check_room(&self, seq: usize) -> crate::Result<()> {
@@ -143,12 +183,36 @@ where
         head_dim: usize,
         capacity: usize,
     ) -> crate::Result<KvCache<D>> {
+        let memory = vec![LayerMemory::KeysValues; layers];
+        KvCache::hybrid(like, &memory, batch, kv_heads, head_dim, capacity)
+    }
+
+    /// [`KvCache::new`] for a model whose layers keep what `layers` says, one entry each: the
+    /// attention layers' keys and values as there, the recurrent layers' states zeroed on the
+    /// host (their keys and values hold no position).
+    ///
+    /// # Errors
+    /// As [`KvCache::new`], counting the states' memory too.
+    pub fn hybrid(
+        like: &Tensor<D>,
+        layers: &[LayerMemory],
+        batch: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> crate::Result<KvCache<D>> {
         let shape = [batch, kv_heads, capacity, head_dim];
         let too_large = || Error::TooLarge { dtype: crate::DType::F32, shape: shape.to_vec() };
+        let attention = layers.iter().filter(|&&memory| memory == LayerMemory::KeysValues).count();
+        let recurrent = layers.iter().try_fold(0usize, |total, memory| match *memory {
+            LayerMemory::KeysValues => Some(total),
+            LayerMemory::Recurrent { conv, state } => total.checked_add(conv.checked_add(state)?.checked_mul(batch)?),
+        });
         let bytes = shape
             .iter()
             .try_fold(std::mem::size_of::<f32>(), |bytes, &size| bytes.checked_mul(size))
-            .and_then(|bytes| bytes.checked_mul(layers)?.checked_mul(2))
+            .and_then(|bytes| bytes.checked_mul(attention)?.checked_mul(2))
+            .and_then(|bytes| bytes.checked_add(recurrent?.checked_mul(std::mem::size_of::<f32>())?))
             .filter(|&bytes| bytes <= isize::MAX as usize)
             .ok_or_else(too_large)?;
         // Asked of the system first, so that a refusal is an error here rather than an abort in
@@ -158,13 +222,23 @@ where
         drop(probe);
         let mut keys = Vec::new();
         let mut values = Vec::new();
-        keys.try_reserve_exact(layers).map_err(|_| too_large())?;
-        values.try_reserve_exact(layers).map_err(|_| too_large())?;
-        for _ in 0..layers {
+        let mut states = Vec::new();
+        keys.try_reserve_exact(layers.len()).map_err(|_| too_large())?;
+        values.try_reserve_exact(layers.len()).map_err(|_| too_large())?;
+        states.try_reserve_exact(layers.len()).map_err(|_| too_large())?;
+        for memory in layers {
+            let (state, shape) = match *memory {
+                LayerMemory::KeysValues => (None, shape),
+                LayerMemory::Recurrent { conv, state } => (
+                    Some(RecurrentState { conv: vec![0.0; conv * batch], state: vec![0.0; state * batch] }),
+                    [batch, kv_heads, 0, head_dim],
+                ),
+            };
             keys.push(like.new_zeros(&shape)?);
             values.push(like.new_zeros(&shape)?);
+            states.push(state);
         }
-        Ok(KvCache { keys, values, capacity, len: 0, padding: vec![0; batch] })
+        Ok(KvCache { keys, values, recurrent: states, capacity, len: 0, padding: vec![0; batch] })
     }
 
     /// Writes the keys and values of new positions of `layer` (`[batch, kv_heads, seq,

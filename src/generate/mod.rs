@@ -40,7 +40,7 @@ mod text;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-pub use cache::KvCache;
+pub use cache::{KvCache, LayerMemory, RecurrentState};
 pub use causal::CausalLm;
 pub(crate) use causal::{cached_rows, check_capacity};
 #[cfg(feature = "text")]

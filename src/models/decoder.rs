@@ -292,8 +292,9 @@ impl<'a> GgufKeys<'a> {
     /// from them: `block_count` against the `blk.N` tensors, `embedding_length` and the
     /// vocabulary against `token_embd.weight`, the heads and head widths against the rows of
     /// `blk.0`'s projections, `feed_forward_length` against `blk.0.ffn_up.weight`, and
-    /// `rope.dimension_count` against the head width (nnx turns whole heads). `shape` gives an
-    /// entry's `[rows, columns]`; an entry the file lacks is left to the import to name.
+    /// `rope.dimension_count` against the head width (whole heads, or with `partial_rotary` at
+    /// most a head: the families that turn part of it). `shape` gives an entry's `[rows,
+    /// columns]`; an entry the file lacks is left to the import to name.
     ///
     /// # Errors
     /// [`crate::Error::ConfigField`] naming the file, the key and what the tensors say; the
@@ -303,6 +304,7 @@ impl<'a> GgufKeys<'a> {
         &self,
         names: impl Iterator<Item = &'n str>,
         shape: impl Fn(&str) -> Option<Vec<usize>>,
+        partial_rotary: bool,
     ) -> crate::Result<()> {
         let fail = |suffix: &str, found: usize, holds: usize, entry: String| crate::Error::ConfigField {
             path: self.origin.clone(),
@@ -376,15 +378,16 @@ impl<'a> GgufKeys<'a> {
             let entry = format!("`blk.0.attn_v.weight`: its {v_rows} rows do not form {kv_heads} heads of {head_dim}");
             return Err(fail("attention.head_count_kv", kv_heads, v_rows.checked_div(head_dim).unwrap_or(0), entry));
         }
-        let inner = self.required_size("feed_forward_length")?;
-        if let Some((up_rows, _)) = rows("blk.0.ffn_up.weight")
+        // A mixture of experts may have no dense MLP, and then no `feed_forward_length`.
+        if let Some(inner) = self.size("feed_forward_length")?
+            && let Some((up_rows, _)) = rows("blk.0.ffn_up.weight")
             && up_rows != inner
         {
             let entry = format!("`blk.0.ffn_up.weight` has {up_rows} rows");
             return Err(fail("feed_forward_length", inner, up_rows, entry));
         }
         if let Some(rotated) = self.size("rope.dimension_count")?
-            && rotated != head_dim
+            && (rotated > head_dim || (rotated != head_dim && !partial_rotary))
         {
             let entry = format!("nnx turns whole heads of {head_dim}");
             return Err(fail("rope.dimension_count", rotated, head_dim, entry));
@@ -474,6 +477,40 @@ where
         }
     }
 
+    /// [`Pass::heads`] normalized by `norm`, with rotary turning only the first `rotated`
+    /// values of each head (Qwen3.5's partial rotary; all of them when `rotated` is the head's
+    /// width).
+    pub(crate) fn heads_partial(
+        &self,
+        t: &Tensor<D>,
+        heads: usize,
+        head_dim: usize,
+        norm: &RmsNorm<D>,
+        rotary: &Rotary,
+        rotated: usize,
+    ) -> crate::Result<Tensor<D>> {
+        if rotated >= head_dim {
+            return self.heads(t, heads, head_dim, Some(norm), Some(rotary));
+        }
+        let rows = t.shape()[0];
+        let seq = rows / self.batch;
+        let t = norm.forward(&Compute::reshape(t, &[rows, heads, head_dim])?)?;
+        let mut joined = Compute::reshape(&t, &[1, rows, heads, head_dim])?.permute(&[0, 2, 1, 3])?.contiguous()?;
+        let turned = rotary.apply(&joined.narrow(3, 0, rotated)?.contiguous()?, &self.positions)?;
+        joined.write_slice(3, 0, &turned)?;
+        Compute::reshape(&joined, &[heads, self.batch, seq, head_dim])?.permute(&[1, 0, 2, 3])
+    }
+
+    /// Which rows of the pass (`batch * seq`, row-major) are padding, or `None` when none is.
+    pub(crate) fn padded_rows(&self) -> Option<Vec<bool>> {
+        let cache = self.cache.as_deref()?;
+        let seq = self.positions.len() / self.batch.max(1);
+        let filled = cache.len();
+        let padded: Vec<bool> =
+            cache.padding().iter().flat_map(|&padding| (filled..filled + seq).map(move |slot| slot < padding)).collect();
+        padded.contains(&true).then_some(padded)
+    }
+
     /// Attention of `q` over `k` and `v` (appended to the cache's layer `layer` first, when
     /// there is a cache), causal, over the last `window` keys when given; the result as
     /// `[batch * seq, heads * head_dim]`.
@@ -543,6 +580,16 @@ where
 /// head width ([`DecoderConfig`](super::DecoderConfig)), in the dtype its embedding computes in.
 macro_rules! causal_lm {
     ($model:ident) => {
+        $crate::models::decoder::causal_lm!($model, memory: keys_values_everywhere);
+
+        impl<D: $crate::Device, W: $crate::models::Weights> $model<D, W> {
+            /// Keys and values on every layer.
+            fn keys_values_everywhere(&self) -> Vec<$crate::generate::LayerMemory> {
+                vec![$crate::generate::LayerMemory::KeysValues; self.layers.len()]
+            }
+        }
+    };
+    ($model:ident, memory: $memory:ident) => {
         impl<D: $crate::Device, W: $crate::models::Weights> $model<D, W>
         where
             $crate::Tensor<D>: $crate::Compute,
@@ -597,9 +644,9 @@ macro_rules! causal_lm {
             fn new_cache(&self, batch: usize, capacity: usize) -> $crate::Result<$crate::generate::KvCache<D>> {
                 use $crate::models::DecoderConfig;
                 $crate::generate::check_capacity(capacity, self.context_length())?;
-                $crate::generate::KvCache::new(
+                $crate::generate::KvCache::hybrid(
                     self.embed.cache_like(&self.norm.weight),
-                    self.layers.len(),
+                    &self.$memory(),
                     batch,
                     self.config.kv_heads(),
                     self.config.head_dim(),

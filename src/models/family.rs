@@ -15,6 +15,8 @@ pub enum Network {
     Gemma3,
     /// [`GptOss`](super::gpt_oss::GptOss).
     GptOss,
+    /// [`Qwen35`](super::qwen35::Qwen35) (Qwen3.5 and Qwen3.6, dense and MoE).
+    Qwen35,
     /// [`Gpt2`](super::gpt2::Gpt2).
     Gpt2,
     /// [`Bert`](super::bert::Bert), an encoder: it embeds text and generates none.
@@ -25,7 +27,13 @@ impl Network {
     /// Whether its model also reads llama.cpp's GGUF names (its fields carry `gguf`
     /// attributes).
     pub fn reads_gguf(self) -> bool {
-        matches!(self, Network::Llama | Network::Qwen | Network::Gemma3 | Network::GptOss)
+        matches!(self, Network::Llama | Network::Qwen | Network::Gemma3 | Network::GptOss | Network::Qwen35)
+    }
+
+    /// Whether its model turns only part of each head by rotary (`{arch}.rope.dimension_count`
+    /// below the head width), rather than whole heads.
+    pub fn partial_rotary(self) -> bool {
+        self == Network::Qwen35
     }
 }
 
@@ -102,6 +110,20 @@ pub const FAMILIES: &[Family] = &[
         network: Network::GptOss,
         model_types: &["gpt_oss"],
         gguf_architectures: &["gpt-oss"],
+        exports_gguf: false,
+    },
+    Family {
+        name: "qwen35",
+        network: Network::Qwen35,
+        model_types: &["qwen3_5_text"],
+        gguf_architectures: &["qwen35"],
+        exports_gguf: false,
+    },
+    Family {
+        name: "qwen35moe",
+        network: Network::Qwen35,
+        model_types: &["qwen3_5_moe_text"],
+        gguf_architectures: &["qwen35moe"],
         exports_gguf: false,
     },
     Family {
@@ -201,7 +223,10 @@ mod tests {
         unique.dedup();
         assert_eq!(names.len(), unique.len(), "{names:?}");
         assert_eq!(from_gguf_architecture("mistral"), None, "llama.cpp writes Mistral as `llama`");
-        assert_eq!(supported(true), "llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss");
-        assert_eq!(supported(false), "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gpt_oss, gpt2");
+        assert_eq!(supported(true), "llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss, qwen35, qwen35moe");
+        assert_eq!(
+            supported(false),
+            "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gpt_oss, qwen3_5_text, qwen3_5_moe_text, gpt2"
+        );
     }
 }

@@ -22,6 +22,7 @@ use super::gpt_oss::{GptOss, GptOssConfig};
 use super::gpt2::{Gpt2, Gpt2Config};
 use super::llama::{Llama, LlamaConfig};
 use super::qwen::{Qwen, QwenConfig};
+use super::qwen35::{Qwen35, Qwen35Config};
 use crate::generate::{ChatTemplate, GenerationConfig, KvCache, Tokenizer};
 use crate::{Archive, DType, Device, Error, Host, Module, Result, Tensor};
 
@@ -450,9 +451,8 @@ impl MetaModel {
         let gguf_family = |name: &str| family::from_gguf_architecture(name).filter(|family| family.generates());
         if let Some(own) = metadata.architecture().filter(|own| gguf_family(own).is_some()) {
             let keys = super::decoder::GgufKeys::new(metadata, &[own], "nnx", path)?;
-            keys.check_tensors(archive.names(), |name| {
-                archive.entry_spec(name).ok().flatten().map(|(_, shape)| shape)
-            })?;
+            let shape = |name: &str| archive.entry_spec(name).ok().flatten().map(|(_, shape)| shape);
+            keys.check_tensors(archive.names(), shape, family.network.partial_rotary())?;
         }
         let meta = crate::nn::Init::Meta;
         Ok(match family.network {
@@ -476,6 +476,11 @@ impl MetaModel {
             ))),
             Network::GptOss => MetaModel::Decoder(Box::new(GptOss::new(
                 &GptOssConfig::from_gguf_at(metadata, tied, path)?,
+                DType::F32,
+                meta,
+            ))),
+            Network::Qwen35 => MetaModel::Decoder(Box::new(Qwen35::new(
+                &Qwen35Config::from_gguf_at(metadata, tied, path)?,
                 DType::F32,
                 meta,
             ))),
@@ -508,6 +513,9 @@ impl MetaModel {
             }
             Network::GptOss => {
                 MetaModel::Decoder(Box::new(GptOss::new(&GptOssConfig::from_file(config_path)?, dtype, meta)))
+            }
+            Network::Qwen35 => {
+                MetaModel::Decoder(Box::new(Qwen35::new(&Qwen35Config::from_file(config_path)?, dtype, meta)))
             }
             Network::Gpt2 => MetaModel::Gpt2(Gpt2::new(&Gpt2Config::from_file(config_path)?, dtype, meta)),
             Network::Bert => {

@@ -4,6 +4,7 @@
 pub mod bert;
 mod config;
 mod decoder;
+mod delta_net;
 mod extra;
 pub mod family;
 pub mod gemma3;
@@ -16,6 +17,7 @@ mod load;
 pub mod lora;
 pub mod moe;
 pub mod qwen;
+pub mod qwen35;
 #[cfg(feature = "text")]
 pub mod sentence;
 

@@ -192,7 +192,13 @@ impl Archive {
                         self.ggml(&row.source)?.data.reshape(&row.model_shape)?
                     } else {
                         let (tensor, swapped) = read.next().expect("one read per reading row");
-                        if swapped { swap_last_two(tensor) } else { tensor }
+                        let tensor = if swapped { swap_last_two(tensor) } else { tensor };
+                        // The plan allows a stored shape that differs by axes of length one.
+                        if tensor.shape() == row.model_shape.as_slice() {
+                            tensor
+                        } else {
+                            tensor.reshape(&row.model_shape)?
+                        }
                     };
                     if let Some(heads) = row.heads.filter(|_| !options.stored_rope_rows) {
                         tensor = unpermute_rope_rows(&tensor, heads)?;

@@ -272,7 +272,9 @@ impl Planner<'_> {
         } else {
             return fail(ProblemKind::NotCastable { expected: row.model_dtype, found: dtype });
         };
-        if result != row.model_shape {
+        // Axes of length one are layout, not data: an entry stored `[C, 1, K]` (a depthwise
+        // convolution's weight in PyTorch) reads into a model tensor `[C, K]`, and back.
+        if result != row.model_shape && !same_but_unit_axes(&result, &row.model_shape) {
             return fail(ProblemKind::Shape { expected: row.model_shape.clone(), found: result });
         }
         Ok(Action::Read { cast, parallel_axis })
@@ -612,6 +614,13 @@ impl Archive {
         }
         Ok(ImportPlan { origin: self.origin().to_string(), target: target.to_string(), rows, problems, unused })
     }
+}
+
+
+/// Whether two shapes hold the same values in the same order once their axes of length one are
+/// left out.
+fn same_but_unit_axes(a: &[usize], b: &[usize]) -> bool {
+    a.iter().filter(|&&size| size != 1).eq(b.iter().filter(|&&size| size != 1))
 }
 
 #[cfg(test)]

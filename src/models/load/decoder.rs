@@ -11,6 +11,7 @@ use super::super::llama::Llama;
 use super::super::lora::Lora;
 use super::super::moe::Experts;
 use super::super::qwen::Qwen;
+use super::super::qwen35::Qwen35;
 use super::super::{Affine, CausalLm, Dense, Ggml, MapWeights, Seed, TokenEmbedding};
 use super::Files;
 use super::device::{HostTarget, Target, attach_to, ggml_meta, pack_embedding, pack_experts};
@@ -33,6 +34,10 @@ pub(super) trait Decoder: Module + Clone + Sized + 'static {
     fn keep_stored_rope_rows(&mut self) -> bool {
         false
     }
+
+    /// Makes the model read its weights as a GGUF file lays them out where that differs from
+    /// transformers' beyond names and row orders (Qwen3.5's DeltaNet).
+    fn keep_gguf_layout(&mut self) {}
 
     /// The stacks of experts; none in a dense decoder.
     fn experts(&mut self) -> Vec<ExpertStack<'_>> {
@@ -259,18 +264,7 @@ impl Decoder for Qwen {
 
     fn experts(&mut self) -> Vec<ExpertStack<'_>> {
         let sparse = self.layers.iter_mut().enumerate().filter_map(|(at, layer)| Some((at, layer.moe.as_mut()?)));
-        sparse
-            .flat_map(|(at, moe)| {
-                [("gate", &mut moe.gate), ("up", &mut moe.up), ("down", &mut moe.down)].map(|(name, experts)| {
-                    let pattern = format!("model.layers.{at}.mlp.experts.{{}}.{name}_proj.weight");
-                    ExpertStack {
-                        path: format!("layers.{at}.moe.{name}"),
-                        source: StackSource::PerExpert(pattern),
-                        experts,
-                    }
-                })
-            })
-            .collect()
+        sparse.flat_map(|(at, moe)| per_expert_stacks(at, moe)).collect()
     }
 
     fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
@@ -348,6 +342,45 @@ impl Decoder for GptOss {
     }
 }
 
+impl Decoder for Qwen35 {
+    type Ggml<D: Device> = Qwen35<D, Ggml>;
+
+    fn embed(&mut self) -> &mut TokenEmbedding {
+        &mut self.embed
+    }
+
+    fn keep_gguf_layout(&mut self) {
+        self.gguf_layout = true;
+    }
+
+    fn experts(&mut self) -> Vec<ExpertStack<'_>> {
+        let sparse = self.layers.iter_mut().enumerate().filter_map(|(at, layer)| Some((at, layer.moe.as_mut()?)));
+        sparse.flat_map(|(at, moe)| per_expert_stacks(at, moe)).collect()
+    }
+
+    fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
+        &mut model.lm_head
+    }
+
+    fn attach(
+        model: Self::Ggml<Host>,
+        adapters: &[(crate::adapter::Adapter, f32)],
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<Box<dyn CausalLm<Device = Host>>> {
+        attach_lora(model, adapters, metadata, false)
+    }
+}
+
+/// The stacks of a SwiGLU mixture of experts at layer `at`, which a transformers folder keeps
+/// one tensor per expert (`model.layers.{at}.mlp.experts.{e}.gate_proj.weight`, ...).
+fn per_expert_stacks(at: usize, moe: &mut super::super::moe::Moe) -> [ExpertStack<'_>; 3] {
+    [("gate", &mut moe.gate), ("up", &mut moe.up), ("down", &mut moe.down)].map(|(name, experts)| ExpertStack {
+        path: format!("layers.{at}.moe.{name}"),
+        source: StackSource::PerExpert(format!("model.layers.{at}.mlp.experts.{{}}.{name}_proj.weight")),
+        experts,
+    })
+}
+
 /// A decoder over MLX affine layers, on the host.
 type AffineForm<M> = <M as MapWeights<Dense, Affine>>::Mapped;
 
@@ -385,6 +418,7 @@ where
         let archive = &files.archive;
         // The GGUF names, once: packing changes shapes, not names.
         let stems = Stems::new(&dense, Naming::Gguf);
+        dense.keep_gguf_layout();
         pack_embedding::<D, T>(archive, dense.embed())?;
         pack_experts(archive, &stems, &mut dense)?;
         let options = match dense.keep_stored_rope_rows() {
