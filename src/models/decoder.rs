@@ -506,8 +506,11 @@ where
         let cache = self.cache.as_deref()?;
         let seq = self.positions.len() / self.batch.max(1);
         let filled = cache.len();
-        let padded: Vec<bool> =
-            cache.padding().iter().flat_map(|&padding| (filled..filled + seq).map(move |slot| slot < padding)).collect();
+        let padded: Vec<bool> = cache
+            .padding()
+            .iter()
+            .flat_map(|&padding| (filled..filled + seq).map(move |slot| slot < padding))
+            .collect();
         padded.contains(&true).then_some(padded)
     }
 

@@ -139,8 +139,10 @@ pub(crate) fn delta_rule(mixed: &[f32], g: &[f32], beta: &[f32], state: &mut [f3
         .enumerate()
         .map(|(head, state)| {
             let source = dims.key_head(head);
-            let head_q: Vec<&[f32]> = (0..tokens).map(|t| &q[(t * key_heads + source) * key_dim..][..key_dim]).collect();
-            let head_k: Vec<&[f32]> = (0..tokens).map(|t| &k[(t * key_heads + source) * key_dim..][..key_dim]).collect();
+            let head_q: Vec<&[f32]> =
+                (0..tokens).map(|t| &q[(t * key_heads + source) * key_dim..][..key_dim]).collect();
+            let head_k: Vec<&[f32]> =
+                (0..tokens).map(|t| &k[(t * key_heads + source) * key_dim..][..key_dim]).collect();
             let value_at = 2 * key_width + head * value_dim;
             let head_v: Vec<&[f32]> = (0..tokens).map(|t| &mixed[t * channels + value_at..][..value_dim]).collect();
             let head_g: Vec<f32> = (0..tokens).map(|t| g[t * value_heads + head]).collect();
@@ -342,8 +344,13 @@ mod tests {
             for t in 0..tokens {
                 let row = &mixed[t * dims.channels()..(t + 1) * dims.channels()];
                 let heads = dims.value_heads;
-                let out =
-                    delta_rule(row, &g[t * heads..(t + 1) * heads], &beta[t * heads..(t + 1) * heads], &mut stepped_state, &dims);
+                let out = delta_rule(
+                    row,
+                    &g[t * heads..(t + 1) * heads],
+                    &beta[t * heads..(t + 1) * heads],
+                    &mut stepped_state,
+                    &dims,
+                );
                 stepped.extend(out);
             }
             let diff = chunked.iter().zip(&stepped).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);

@@ -214,7 +214,10 @@ impl Qwen35Config {
         if value_heads == 0 || inner % value_heads != 0 {
             return Err(unusable(
                 keys.path(),
-                format!("`{}` ({inner}) is not a whole number of {value_heads} value heads", keys.key("ssm.inner_size")),
+                format!(
+                    "`{}` ({inner}) is not a whole number of {value_heads} value heads",
+                    keys.key("ssm.inner_size")
+                ),
             ));
         }
         config.check(keys.path())?;
@@ -291,7 +294,12 @@ impl Qwen35Config {
         }
         let dims = self.delta_dims(false);
         let sizes = [("linear_num_value_heads", dims.value_heads), ("linear_value_head_dim", dims.value_dim)];
-        checks.addressable(&sizes, self.num_hidden_layers, &[&[dims.channels(), self.hidden_size], &[dims.state()]], &[])?;
+        checks.addressable(
+            &sizes,
+            self.num_hidden_layers,
+            &[&[dims.channels(), self.hidden_size], &[dims.state()]],
+            &[],
+        )?;
         if self.is_moe() {
             let (experts, inner, hidden) = (self.num_experts.unwrap_or(0), self.moe_inner(), self.hidden_size);
             checks.positive("num_experts", experts)?;
@@ -601,7 +609,10 @@ impl<D: Device, W: Weights> Qwen35<D, W> {
     pub fn layer_memory(&self) -> Vec<LayerMemory> {
         let dims = self.config.delta_dims(self.gguf_layout);
         let recurrent = LayerMemory::Recurrent { conv: dims.conv_state(), state: dims.state() };
-        self.layers.iter().map(|layer| if layer.linear.is_some() { recurrent } else { LayerMemory::KeysValues }).collect()
+        self.layers
+            .iter()
+            .map(|layer| if layer.linear.is_some() { recurrent } else { LayerMemory::KeysValues })
+            .collect()
     }
 }
 

@@ -616,7 +616,6 @@ impl Archive {
     }
 }
 
-
 /// Whether two shapes hold the same values in the same order once their axes of length one are
 /// left out.
 fn same_but_unit_axes(a: &[usize], b: &[usize]) -> bool {
