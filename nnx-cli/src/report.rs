@@ -980,10 +980,14 @@ fn memory_plan(archive: &Archive, config: Option<&Value>, weights: u64, options:
         ("config.json", architecture, layers, kv_heads, head_dim, head_dim, context)
     };
     let ctx = options.ctx.unwrap_or_else(|| context.map_or(DEFAULT_CTX, |context| (context as usize).min(DEFAULT_CTX)));
+    let recurrent = recurrent_layers(archive, config, layers);
+    let attention_layers = recurrent.as_ref().map_or(layers, |(count, _)| layers.saturating_sub(*count));
     // Saturating: the keys come from the file, and a hostile one describes any size.
     let values = [ctx as u64, options.batch as u64, kv_heads, key_dim.saturating_add(value_dim)]
         .iter()
-        .fold(layers, |product, &factor| product.saturating_mul(factor));
+        .fold(attention_layers, |product, &factor| product.saturating_mul(factor));
+    let state_bytes =
+        recurrent.as_ref().map_or(0, |(_, per_sequence)| per_sequence.saturating_mul(options.batch as u64));
     let kv = [(nnx::DType::F32, "nnx's cache"), (nnx::DType::F16, "llama.cpp's default cache type")];
     let kv: Vec<Value> = kv
         .iter()
@@ -1002,8 +1006,55 @@ fn memory_plan(archive: &Archive, config: Option<&Value>, weights: u64, options:
         "head_dim": key_dim,
         "weights_bytes": weights,
         "kv": kv,
-        "total_bytes": weights.saturating_add(values.saturating_mul(4)),
+        "recurrent": recurrent.map(|(count, per_sequence)| json!({
+            "layers": count,
+            "attention_layers": attention_layers,
+            "bytes": state_bytes,
+            "bytes_per_sequence": per_sequence,
+        })),
+        "total_bytes": weights.saturating_add(values.saturating_mul(4)).saturating_add(state_bytes),
     }))
+}
+
+/// A hybrid's recurrent (Gated DeltaNet) layers: how many, and the bytes of the state each
+/// sequence keeps in all of them (its convolution's last inputs and its f32 state matrices),
+/// from the GGUF keys (`{arch}.attention.recurrent_layers`, `.ssm.*`) or `config.json`
+/// (`layer_types`, `linear_*`). `None` for a model without them.
+fn recurrent_layers(archive: &Archive, config: Option<&Value>, layers: u64) -> Option<(u64, u64)> {
+    let (count, kernel, key_heads, key_dim, value_width) = match archive.gguf_metadata() {
+        Some(metadata) => {
+            let arch = metadata.architecture()?.to_string();
+            let key = |name: &str| metadata.u64(&format!("{arch}.{name}"));
+            let count = match metadata.get(&format!("{arch}.attention.recurrent_layers")) {
+                Some(GgufValue::Array(array)) => (0..array.len())
+                    .filter(|&at| array.get(at).and_then(|flag| flag.as_bool()) == Some(true))
+                    .count() as u64,
+                _ => {
+                    let interval = key("full_attention_interval")?.max(1);
+                    (0..layers).filter(|layer| (layer + 1) % interval != 0).count() as u64
+                }
+            };
+            (count, key("ssm.conv_kernel")?, key("ssm.group_count")?, key("ssm.state_size")?, key("ssm.inner_size")?)
+        }
+        None => {
+            let config = config?;
+            let text =
+                config.get("text_config").filter(|text| text.get("num_hidden_layers").is_some()).unwrap_or(config);
+            let types = text.get("layer_types")?.as_array()?;
+            let count = types.iter().filter(|kind| kind.as_str() == Some("linear_attention")).count() as u64;
+            let number = |name: &str| text.get(name).and_then(Value::as_u64);
+            let value_width = number("linear_num_value_heads")?.saturating_mul(number("linear_value_head_dim")?);
+            let kernel = number("linear_conv_kernel_dim").unwrap_or(4);
+            (count, kernel, number("linear_num_key_heads")?, number("linear_key_head_dim")?, value_width)
+        }
+    };
+    if count == 0 {
+        return None;
+    }
+    let channels = key_heads.saturating_mul(key_dim).saturating_mul(2).saturating_add(value_width);
+    let conv = kernel.saturating_sub(1).saturating_mul(channels);
+    let state = key_dim.saturating_mul(value_width);
+    Some((count, count.saturating_mul(conv.saturating_add(state)).saturating_mul(4)))
 }
 
 /// A mixture of experts' share of the weights: how many experts a layer has and a token uses

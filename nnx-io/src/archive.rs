@@ -235,6 +235,28 @@ impl Archive {
         Ok(joined)
     }
 
+    /// A view of the entries under new names: `rename` gives each entry's new name, or `None`
+    /// to leave it out. Nothing is read or copied.
+    ///
+    /// # Errors
+    /// [`Error::Duplicate`] when two entries get the same name.
+    pub fn renamed(&self, rename: impl Fn(&str) -> Option<String>) -> Result<Archive> {
+        let mut renamed = Archive {
+            metadata: self.metadata.clone(),
+            origin: self.origin.clone(),
+            typed_metadata: self.typed_metadata.clone(),
+            ..Archive::default()
+        };
+        for name in &self.names {
+            let Some(new) = rename(name) else { continue };
+            if renamed.slots.insert(new.clone(), self.slots[name].clone()).is_some() {
+                return Err(Error::Duplicate { name: new, first: self.origin.clone(), second: self.origin.clone() });
+            }
+            renamed.names.push(new);
+        }
+        Ok(renamed)
+    }
+
     /// The entries named `prefix` or `prefix.*`, names kept whole.
     pub fn select(&self, prefix: &str) -> Archive {
         let mut selected = Archive {

@@ -182,6 +182,9 @@ pub fn load(source: &str) -> Result<LoadedModel> {
     load_with(source, &LoadOptions::default())
 }
 
+/// Where a multimodal checkpoint keeps its language model's entries.
+const LANGUAGE_MODEL: &str = "model.language_model.";
+
 /// The opened files of one model.
 struct Files {
     /// The GGUF file or the folder.
@@ -194,7 +197,18 @@ struct Files {
 impl Files {
     fn open(source: &str) -> Result<Files> {
         let path = crate::hub::local_path(source)?;
-        let archive = Archive::open(&path)?;
+        let mut archive = Archive::open(&path)?;
+        // A multimodal checkpoint (Qwen3.5 as published, `*ForConditionalGeneration`) keeps its
+        // language model under `model.language_model.` and its vision tower beside it: the
+        // text model is read as a `*ForCausalLM` folder names it, as llama.cpp's converter
+        // reads it.
+        if archive.gguf_metadata().is_none() && archive.names().any(|name| name.starts_with(LANGUAGE_MODEL)) {
+            archive = archive.renamed(|name| match name.strip_prefix(LANGUAGE_MODEL) {
+                Some(rest) => Some(format!("model.{rest}")),
+                None if name.starts_with("model.visual.") => None,
+                None => Some(name.to_string()),
+            })?;
+        }
         Ok(Files { path, archive, adapters: Vec::new() })
     }
 
@@ -279,7 +293,7 @@ impl Files {
         let dir = &self.path;
         let config_path = dir.join("config.json");
         let probe: FolderConfig = super::read_config(&config_path, |_, _| Ok(()))?;
-        let model_type = probe.model_type.clone().unwrap_or_default();
+        let model_type = probe.model_type().unwrap_or_default().to_string();
         let kind = self.folder_kind(&probe)?;
         let architecture = family::from_name(&model_type).map_or("", |family| family.name);
         let model = match MetaModel::from_config(&config_path, &model_type, kind.dtype())? {
@@ -389,7 +403,7 @@ pub fn import_plan(source: &str, architecture: Option<&str>) -> Result<(String, 
     }
     let config_path = files.path.join("config.json");
     let probe: FolderConfig = super::read_config(&config_path, |_, _| Ok(()))?;
-    let model_type = probe.model_type.as_deref().unwrap_or_default();
+    let model_type = probe.model_type().unwrap_or_default();
     let architecture = architecture.unwrap_or(model_type).to_string();
     let kind = files.folder_kind(&probe)?;
     let meta = MetaModel::from_config(&config_path, &architecture, kind.dtype())?;

@@ -351,3 +351,30 @@ fn tensor_parallel_ranks_take_halves_of_the_mapped_file() {
         );
     }
 }
+
+#[derive(Module)]
+struct Depthwise {
+    #[nnx(from = "conv1d.weight")]
+    taps: Tensor,
+}
+
+#[test]
+fn an_entry_that_differs_by_axes_of_one_reads_into_the_model_shape() {
+    // PyTorch's depthwise convolution stores `[channels, 1, kernel]`; the model holds
+    // `[channels, kernel]`. Other shapes of the same size are still refused.
+    let values: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let mut archive = Archive::new();
+    archive.insert("conv1d.weight", Tensor::from_vec(values.clone(), &[4, 1, 3]).unwrap());
+    let mut model = Depthwise { taps: Tensor::meta(DType::F32, &[4, 3]) };
+    archive.import_into(&mut model, "").unwrap();
+    assert_eq!(model.taps.shape(), &[4, 3]);
+    assert_eq!(model.taps.to_vec::<f32>().unwrap(), values);
+    let mut other = Depthwise { taps: Tensor::meta(DType::F32, &[3, 4]) };
+    let error = archive.import_into(&mut other, "").expect_err("another shape").to_string();
+    assert!(error.contains("conv1d.weight") && error.contains("[3, 4]"), "{error}");
+    // The renamed view reads the same entries under new names, and refuses two of one name.
+    let renamed = archive.renamed(|name| Some(format!("model.{name}"))).unwrap();
+    assert_eq!(renamed.names().collect::<Vec<_>>(), ["model.conv1d.weight"]);
+    archive.insert("other", Tensor::zeros(DType::F32, &[1]));
+    assert!(archive.renamed(|_| Some("same".into())).is_err());
+}

@@ -667,3 +667,42 @@ fn a_hybrids_padded_batch_equals_its_sequences_alone() {
         assert!(diff <= 1e-4 && diff_next <= 1e-4, "sequence {at}: {diff}, {diff_next}");
     }
 }
+
+#[test]
+fn a_published_multimodal_qwen35_folder_reads_its_language_model() {
+    // Qwen3.5 as published (`Qwen3_5ForConditionalGeneration`): the text model's fields under
+    // `text_config`, its weights under `model.language_model.`, a vision tower and an MTP head
+    // beside them.
+    let source = case("qwen35");
+    let dir = crate::util::scratch();
+    for file in ["generation_config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(source.join(file), dir.path().join(file)).unwrap();
+    }
+    let text = json(source.join("config.json"));
+    let config = serde_json::json!({
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "text_config": text,
+        "vision_config": {"model_type": "qwen3_5", "depth": 2},
+        "tie_word_embeddings": false,
+    });
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let archive = nnx::Archive::open(source.join("model.safetensors")).unwrap();
+    let mut wrapped = nnx::Archive::new();
+    for name in archive.names().map(str::to_string).collect::<Vec<_>>() {
+        let renamed = match name.strip_prefix("model.") {
+            Some(rest) => format!("model.language_model.{rest}"),
+            None => name.clone(),
+        };
+        wrapped.insert(renamed, archive.get(&name).unwrap());
+    }
+    wrapped.insert("model.visual.patch_embed.proj.weight", nnx::Tensor::zeros(nnx::DType::F32, &[4, 3]));
+    wrapped.insert("mtp.fc.weight", nnx::Tensor::zeros(nnx::DType::F32, &[64, 128]));
+    wrapped.save(dir.path().join("model.safetensors")).unwrap();
+    let reference = json(source.join("reference.json"));
+    let loaded = nnx::models::load(dir.path().to_str().unwrap()).unwrap();
+    assert_eq!(loaded.architecture, "qwen35");
+    let ours = loaded.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
+    let diff = max_abs_diff(&ours, &floats(&reference["logits"]), "qwen35 published");
+    assert!(diff <= 1e-4, "the published layout's logits differ from transformers' by {diff}");
+}

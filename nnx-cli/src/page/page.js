@@ -1491,6 +1491,13 @@
         ' experts a token. The expert stacks hold ' + fmtBytes(e.bytes) + ' of the weights; a token reads about ' +
         fmtBytes(e.bytes_per_token) + ' of them, and only the pages of the experts it is routed to become resident.'));
     }
+    if (m.recurrent) {
+      const r = m.recurrent;
+      add(box, el('p', 'note', 'Hybrid: ' + fmtInt(r.layers) + ' of ' + fmtInt(m.layers) +
+        ' layers are recurrent (Gated DeltaNet). They keep a state of ' + fmtBytes(r.bytes_per_sequence) +
+        ' per sequence, whatever the context, instead of keys and values; the KV cache counts the ' +
+        fmtInt(r.attention_layers) + ' attention layers.'));
+    }
     if (m.context_length != null && m.ctx > m.context_length) {
       add(box, el('p', 'note warn', '! The context asked for (' + fmtInt(m.ctx) + ') exceeds what the model was trained on (' + fmtInt(m.context_length) + ').'));
     }

@@ -28,9 +28,31 @@ pub(super) enum Kind {
 #[derive(serde::Deserialize)]
 pub(super) struct FolderConfig {
     #[serde(default)]
-    pub(super) model_type: Option<String>,
+    model_type: Option<String>,
+    /// A multimodal checkpoint's language model (`Qwen3_5ForConditionalGeneration`).
+    #[serde(default)]
+    text_config: Option<TextConfig>,
     #[serde(default)]
     quantization: Option<Quantization>,
+}
+
+/// The `text_config` of a multimodal checkpoint: its language model's family.
+#[derive(serde::Deserialize)]
+struct TextConfig {
+    #[serde(default)]
+    model_type: Option<String>,
+}
+
+impl FolderConfig {
+    /// The family's `model_type`: the file's own, or, where that is no family nnx builds (a
+    /// multimodal wrapper), its `text_config`'s.
+    pub(super) fn model_type(&self) -> Option<&str> {
+        let text = self.text_config.as_ref().and_then(|text| text.model_type.as_deref());
+        match self.model_type.as_deref() {
+            Some(own) if super::super::family::from_model_type(own).is_some() || text.is_none() => Some(own),
+            _ => text,
+        }
+    }
 }
 
 /// The model-wide settings of MLX's `quantization` (per-module overrides are read with the
