@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Writes full-size mixture-of-experts GGUF files with random weights for `cargo bench --bench run`:
-the shapes of Qwen3-30B-A3B (`qwen3moe`, experts in Q4_K, the rest Q8_0; about 18 GB) and of
-gpt-oss-20b (`gpt-oss`, experts in MXFP4 as published, the rest Q8_0; about 12 GB). Tensors are
+"""Writes full-size mixture-of-experts and hybrid GGUF files with random weights for `cargo bench
+--bench run`: the shapes of Qwen3-30B-A3B (`qwen3moe`, experts in Q4_K, the rest Q8_0; about
+18 GB), of gpt-oss-20b (`gpt-oss`, experts in MXFP4 as published, the rest Q8_0; about 12 GB) and
+Qwen3.5-2B-like ones (`qwen35`, on request only; about 2.6 GB). Tensors are
 written one at a time (the gguf package streams them), so memory stays at one tensor.
 
-    moe_bench_models.py OUT_DIR [qwen3moe] [gpt-oss]
+    moe_bench_models.py OUT_DIR [qwen3moe] [gpt-oss] [qwen35]
 
 The blocks are random with scales chosen so that every value is finite and activations stay
 in range: llama.cpp and nnx read the same bytes, which is all a speed comparison needs. Delete
@@ -137,6 +138,44 @@ def gpt_oss(out):
     write(out / "gpt-oss-20b-shapes.gguf", "gpt-oss", keys, tensors, vocab)
 
 
+def qwen35(out):
+    """Qwen3.5-2B-like shapes: 24 layers, every fourth full attention (gated queries, head 256,
+    a quarter of it rotated), the others Gated DeltaNet (16 key and 16 value heads of 128),
+    an MLP of 6144; Q8_0 projections, F32 convolutions, gates and norms (about 2.6 GB)."""
+    vocab, hidden, layers, heads, kv, hd, inner = 248320, 2048, 24, 8, 2, 256, 6144
+    key_heads, value_heads, dim, kernel = 16, 16, 128, 4
+    layers = int(os.environ.get("NNX_MOE_LAYERS", layers))
+    channels, value_width = 2 * key_heads * dim + value_heads * dim, value_heads * dim
+    keys = [("add_block_count", [layers]), ("add_context_length", [262144]), ("add_embedding_length", [hidden]),
+            ("add_feed_forward_length", [inner]), ("add_head_count", [heads]), ("add_head_count_kv", [kv]),
+            ("add_key_length", [hd]), ("add_value_length", [hd]), ("add_rope_freq_base", [1e7]),
+            ("add_rope_dimension_count", [hd // 4]), ("add_rope_dimension_sections", [[11, 11, 10, 0]]),
+            ("add_layer_norm_rms_eps", [1e-6]), ("add_ssm_conv_kernel", [kernel]), ("add_ssm_state_size", [dim]),
+            ("add_ssm_group_count", [key_heads]), ("add_ssm_time_step_rank", [value_heads]),
+            ("add_ssm_inner_size", [value_width]), ("add_full_attention_interval", [4])]
+    tensors = [("token_embd.weight", [vocab, hidden], T.Q8_0), ("output_norm.weight", [hidden], T.F32),
+               ("output.weight", [vocab, hidden], T.Q8_0)]
+    for i in range(layers):
+        b = f"blk.{i}."
+        tensors += [(b + "attn_norm.weight", [hidden], T.F32), (b + "post_attention_norm.weight", [hidden], T.F32),
+                    (b + "ffn_gate.weight", [inner, hidden], T.Q8_0), (b + "ffn_up.weight", [inner, hidden], T.Q8_0),
+                    (b + "ffn_down.weight", [hidden, inner], T.Q8_0)]
+        if (i + 1) % 4 == 0:
+            tensors += [(b + "attn_q.weight", [heads * hd * 2, hidden], T.Q8_0),
+                        (b + "attn_k.weight", [kv * hd, hidden], T.Q8_0), (b + "attn_v.weight", [kv * hd, hidden], T.Q8_0),
+                        (b + "attn_output.weight", [hidden, heads * hd], T.Q8_0),
+                        (b + "attn_q_norm.weight", [hd], T.F32), (b + "attn_k_norm.weight", [hd], T.F32)]
+        else:
+            tensors += [(b + "attn_qkv.weight", [channels, hidden], T.Q8_0),
+                        (b + "attn_gate.weight", [value_width, hidden], T.Q8_0),
+                        (b + "ssm_beta.weight", [value_heads, hidden], T.Q8_0),
+                        (b + "ssm_alpha.weight", [value_heads, hidden], T.Q8_0),
+                        (b + "ssm_conv1d.weight", [channels, kernel], T.F32), (b + "ssm_dt.bias", [value_heads], T.F32),
+                        (b + "ssm_a", [value_heads], T.F32), (b + "ssm_norm.weight", [dim], T.F32),
+                        (b + "ssm_out.weight", [hidden, value_width], T.Q8_0)]
+    write(out / "qwen35-2b-shapes.gguf", "qwen35", keys, tensors, vocab)
+
+
 def main():
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -145,6 +184,8 @@ def main():
         qwen3moe(out)
     if "gpt-oss" in which:
         gpt_oss(out)
+    if "qwen35" in which:
+        qwen35(out)
 
 
 if __name__ == "__main__":
