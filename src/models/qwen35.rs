@@ -111,6 +111,10 @@ pub struct Qwen35Config {
     /// Qwen3.5-MoE: the width of the shared expert's MLP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_expert_intermediate_size: Option<usize>,
+    /// The layers of the multi-token-prediction head, which nnx keeps in the files but does
+    /// not run (GGUF: `{arch}.nextn_predict_layers`, the last blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtp_num_hidden_layers: Option<usize>,
     /// Every other field of the file, as read (within a bound): nnx does not use them and
     /// writes them back.
     #[serde(flatten, skip_deserializing)]
@@ -184,8 +188,21 @@ impl Qwen35Config {
     pub(crate) fn from_gguf_at(metadata: &Metadata, tied: bool, origin: &Path) -> crate::Result<Qwen35Config> {
         let keys = GgufKeys::new(metadata, &["qwen35", "qwen35moe"], "`Qwen35Config::from_gguf`", origin)?;
         let moe = keys.arch() == "qwen35moe";
-        let layers = keys.required_size("block_count")?;
-        super::Checks::new(keys.path()).at_most(&keys.key("block_count"), layers, super::MAX_LAYERS)?;
+        let blocks = keys.required_size("block_count")?;
+        super::Checks::new(keys.path()).at_most(&keys.key("block_count"), blocks, super::MAX_LAYERS)?;
+        // llama.cpp's converter keeps the multi-token-prediction head as the last blocks; the
+        // model is the blocks before it.
+        let predict = keys.size("nextn_predict_layers")?.unwrap_or(0);
+        let Some(layers) = blocks.checked_sub(predict).filter(|&layers| layers > 0) else {
+            return Err(unusable(
+                keys.path(),
+                format!(
+                    "`{}` ({predict}) leaves none of the {blocks} blocks (`{}`) to the model",
+                    keys.key("nextn_predict_layers"),
+                    keys.key("block_count")
+                ),
+            ));
+        };
         let head_dim = keys.size("attention.key_length")?;
         let heads = keys.required_size("attention.head_count")?;
         let hidden = keys.required_size("embedding_length")?;
@@ -193,7 +210,7 @@ impl Qwen35Config {
         let rotated = keys.size("rope.dimension_count")?.unwrap_or(width);
         let (value_heads, inner) = (keys.required_size("ssm.time_step_rank")?, keys.required_size("ssm.inner_size")?);
         let recurrent = match keys.value("attention.recurrent_layers") {
-            Some(crate::gguf::Value::Array(array)) if array.len() == layers => {
+            Some(crate::gguf::Value::Array(array)) if array.len() == blocks => {
                 (0..layers).map(|at| array.get(at).and_then(|flag| flag.as_bool()).unwrap_or(false)).collect()
             }
             _ => {
@@ -230,6 +247,7 @@ impl Qwen35Config {
             num_experts_per_tok: if moe { Some(keys.required_size("expert_used_count")?) } else { None },
             moe_intermediate_size: if moe { Some(keys.required_size("expert_feed_forward_length")?) } else { None },
             shared_expert_intermediate_size: keys.size("expert_shared_feed_forward_length")?.filter(|_| moe),
+            mtp_num_hidden_layers: (predict > 0).then_some(predict),
             extra: serde_json::Map::new(),
         };
         if value_heads == 0 || inner % value_heads != 0 {

@@ -706,3 +706,21 @@ fn a_published_multimodal_qwen35_folder_reads_its_language_model() {
     let diff = max_abs_diff(&ours, &floats(&reference["logits"]), "qwen35 published");
     assert!(diff <= 1e-4, "the published layout's logits differ from transformers' by {diff}");
 }
+
+#[test]
+fn a_qwen35_file_with_its_prediction_head_runs_the_model_without_it() {
+    // llama.cpp's converter keeps Qwen3.5's multi-token-prediction head as one more block
+    // (`blk.4.nextn.*` and a full-attention layer; scripts/models/qwen35_mtp.py): the model is
+    // the blocks before it, and the head's tensors stay in the file, unread.
+    let reference = json(case("qwen35").join("reference.json"));
+    let (plain, _) = logits("qwen35", "model-f32.gguf");
+    let (with_head, loaded) = logits("qwen35", "model-mtp-f32.gguf");
+    assert_eq!(plain, with_head);
+    let diff = max_abs_diff(&with_head, &floats(&reference["logits"]), "qwen35 mtp");
+    assert!(diff <= 1e-4, "{diff}");
+    let archive = nnx::Archive::open(case("qwen35").join("model-mtp-f32.gguf")).unwrap();
+    let plan = nnx::models::import_plan(case("qwen35").join("model-mtp-f32.gguf").to_str().unwrap(), None).unwrap().1;
+    let unused = plan.unused().iter().filter(|name| name.starts_with("blk.4.")).count();
+    assert_eq!(unused, archive.names().filter(|name| name.starts_with("blk.4.")).count(), "{plan}");
+    assert_eq!(loaded.architecture, "qwen35");
+}
