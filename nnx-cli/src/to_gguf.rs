@@ -177,7 +177,7 @@ fn write(
             Choice::Recipe(_) => plan.next(name, &info.shape, stored),
             Choice::Restore(carried) => {
                 let had = carried.types.get(*name).copied().unwrap_or(stored);
-                let wanted = plan.overridden(name).filter(|_| may_quantize(name, info.shape.len())).unwrap_or(had);
+                let wanted = plan.overridden(name).filter(|_| may_quantize(name, &info.shape)).unwrap_or(had);
                 if wanted == stored {
                     stored
                 } else if can_quantize(wanted) {
@@ -343,7 +343,7 @@ fn growth(jobs: &[Job<'_>]) -> String {
 /// The type most of the quantizable tensors have, for a `general.file_type`.
 fn dominant(jobs: &[Job<'_>]) -> GgmlType {
     let mut counts: BTreeMap<GgmlType, usize> = BTreeMap::new();
-    for job in jobs.iter().filter(|job| may_quantize(job.name, job.shape.len())) {
+    for job in jobs.iter().filter(|job| may_quantize(job.name, &job.shape)) {
         *counts.entry(job.ty).or_default() += 1;
     }
     counts.into_iter().max_by_key(|&(_, count)| count).map_or(DEFAULT_TYPE, |(ty, _)| ty)

@@ -664,7 +664,12 @@ fn every_mixture_is_what_llama_quantize_writes_byte_for_byte() {
 #[test]
 fn mixtures_of_experts_convert_as_llama_quantize_does() {
     let dir = scratch();
-    let cases = [("qwen3moe", &["q8_0", "q4_k_m"][..]), ("gpt-oss", &["q8_0", "q4_k_m", "mxfp4_moe"][..])];
+    let cases = [
+        ("qwen3moe", &["q8_0", "q4_k_m"][..]),
+        ("gpt-oss", &["q8_0", "q4_k_m", "mxfp4_moe"][..]),
+        ("qwen35", &["q8_0", "q4_k_m"][..]),
+        ("qwen35moe", &["q8_0", "q4_k_m"][..]),
+    ];
     for (case, mixtures) in cases {
         let folder = crate::util::fixtures().join("models").join(case);
         for mixture in mixtures {

@@ -210,10 +210,12 @@ fn role(name: &str) -> Role {
     }
 }
 
-/// Whether llama.cpp quantizes a tensor at all: 2-D or more, named `*weight`, and none of
-/// the small or sensitive tensors it keeps (norms, expert gates, position and token-type
-/// embeddings, convolution and relative-position weights).
-pub fn may_quantize(name: &str, dims: usize) -> bool {
+/// Whether llama.cpp quantizes a tensor of `shape` (row-major) at all: 2-D or more as ggml
+/// counts axes (leading axes of one do not count: a `[1, 64]` gate is a vector), named
+/// `*weight`, and none of the small or sensitive tensors it keeps (norms, expert gates,
+/// position and token-type embeddings, convolution and relative-position weights).
+pub fn may_quantize(name: &str, shape: &[usize]) -> bool {
+    let dims = shape.len() - shape.iter().take_while(|&&size| size == 1).count().min(shape.len().saturating_sub(1));
     const KEPT: &[&str] = &[
         "_norm.weight",
         "ffn_gate_inp.weight",
@@ -332,7 +334,7 @@ impl TypePlan {
     /// The type of the next tensor, `name` of `shape` stored as `stored` (kept when the tensor
     /// may not be quantized).
     pub fn next(&mut self, name: &str, shape: &[usize], stored: GgmlType) -> GgmlType {
-        if !may_quantize(name, shape.len()) {
+        if !may_quantize(name, shape) {
             return stored;
         }
         let cols = shape.last().copied().unwrap_or(1);
@@ -390,15 +392,10 @@ impl TypePlan {
                 if eight_experts {
                     ty = T::Q8_0;
                 }
+                // A fused `attn_qkv` counts as a value projection and takes its rule only:
+                // llama-quantize's own rule for it comes after the value projections' in the
+                // same chain of cases, which a fused projection never reaches.
                 self.attn_v_seen += 1;
-                if role == Role::AttnQkv {
-                    ty = match mixture {
-                        M::Q3_K_M | M::Q3_K_L => T::Q4_K,
-                        M::Q4_K_M => T::Q5_K,
-                        M::Q5_K_M => T::Q6_K,
-                        _ => ty,
-                    };
-                }
             }
             Role::AttnK if eight_experts => ty = T::Q8_0,
             Role::FfnDown => {
