@@ -248,6 +248,24 @@ def case_configs(tok_ids):
                                           "original_max_position_embeddings": 128, "beta_fast": 32.0,
                                           "beta_slow": 1.0, "truncate": True},
                          swiglu_limit=7.0, attention_bias=True, tie_word_embeddings=False)),
+        # Gemma 4: 8 layers, sliding (window 4, heads of 16, 2 KV heads, theta 1e4) and full
+        # ones (heads of 32, one KV head whose keys are also its values, "proportional" rotary
+        # on a quarter of the head, theta 1e6); per-layer embeddings of 8; the last two layers
+        # reuse the keys and values of the last full and sliding layers before them and have
+        # MLPs twice as wide; final soft cap 30 (llama.cpp caps at 30 whatever the file says).
+        "gemma4": ("gemma", transformers.Gemma4TextConfig, transformers.Gemma4ForCausalLM,
+                   dict(COMMON, num_hidden_layers=8, head_dim=16, sliding_window=4,
+                        layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention", "full_attention"],
+                        rope_parameters={"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                            "rope_theta": 1e6},
+                                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                        global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+                        vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
+                        num_kv_shared_layers=2, use_double_wide_mlp=True, rms_norm_eps=1e-6,
+                        hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=30.0,
+                        tie_word_embeddings=True)),
         # Qwen3.5: three Gated DeltaNet layers, then one gated full-attention layer (partial
         # rotary: a quarter of each head of 32). Two key heads serve four value heads, so that
         # the converter's reordering of value heads is exercised. rms_norm_eps is 1e-6, the
@@ -274,7 +292,7 @@ def case_configs(tok_ids):
 
 
 @torch.no_grad()
-def randomize(model, seed, gemma, qwen35=False):
+def randomize(model, seed, gemma, qwen35=False, gemma4=False):
     g = torch.Generator().manual_seed(seed)
     for name, p in sorted(model.named_parameters()):
         n = torch.randn(p.shape, generator=g, dtype=torch.float32)
@@ -283,9 +301,9 @@ def randomize(model, seed, gemma, qwen35=False):
             # logits would otherwise have a standard deviation of only about 0.4.
             v = 3.0 + 0.2 * n
         elif name.endswith("norm.weight"):
-            # Gemma's and Qwen3.5's RMSNorms compute x * (1 + w); the others (Qwen3.5's gated
-            # DeltaNet norm among them) x * w.
-            centred = gemma or (qwen35 and "linear_attn.norm" not in name)
+            # Gemma 3's and Qwen3.5's RMSNorms compute x * (1 + w); the others (Gemma 4's,
+            # Qwen3.5's gated DeltaNet norm) x * w.
+            centred = (gemma and not gemma4) or (qwen35 and "linear_attn.norm" not in name)
             v = 0.2 * n if centred else 1.0 + 0.2 * n
         elif name.endswith(".bias"):
             v = 0.2 * n
@@ -298,6 +316,10 @@ def randomize(model, seed, gemma, qwen35=False):
             # Fan-in: the last axis (a stack of experts is [experts, out, in]).
             v = 1.5 / math.sqrt(p.shape[-1]) * n
         p.copy_(v)
+    # Gemma 4's per-layer output scale is a buffer, not a parameter.
+    for name, b in sorted(model.named_buffers()):
+        if name.endswith("layer_scalar"):
+            b.copy_(1.0 + 0.2 * torch.randn(b.shape, generator=g, dtype=torch.float32))
 
 
 def round7(x):
@@ -338,7 +360,8 @@ def make_case(out, name, index, family, config_cls, model_cls, kwargs):
 
     torch.manual_seed(1000 + index)
     model = model_cls(cfg).eval()
-    randomize(model, 2000 + index, gemma=(family == "gemma"), qwen35=name.startswith("qwen35"))
+    randomize(model, 2000 + index, gemma=(family == "gemma"), qwen35=name.startswith("qwen35"),
+              gemma4=name.startswith("gemma4"))
     model.to(torch.bfloat16)
     model.save_pretrained(folder, safe_serialization=True)
     write_generation_config(folder, tok, cfg, family)

@@ -31,8 +31,18 @@ pub struct KvCache<D: Device = Host> {
 /// What one layer of a model keeps between steps ([`KvCache::hybrid`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayerMemory {
-    /// Keys and values of every position (an attention layer).
+    /// Keys and values of every position (an attention layer), as wide as the cache's.
     KeysValues,
+    /// Keys and values of every position, with heads of its own (Gemma 4's global layers).
+    Attention {
+        /// Key/value heads.
+        kv_heads: usize,
+        /// Width of one head.
+        head_dim: usize,
+    },
+    /// Nothing of its own: the layer reads another layer's keys and values (Gemma 4's
+    /// shared layers).
+    Shared,
     /// A state of fixed size per sequence (a recurrent layer): `conv` values of its
     /// convolution's last inputs and `state` values of its state matrices.
     Recurrent {
@@ -203,16 +213,20 @@ where
     ) -> crate::Result<KvCache<D>> {
         let shape = [batch, kv_heads, capacity, head_dim];
         let too_large = || Error::TooLarge { dtype: crate::DType::F32, shape: shape.to_vec() };
-        let attention = layers.iter().filter(|&&memory| memory == LayerMemory::KeysValues).count();
-        let recurrent = layers.iter().try_fold(0usize, |total, memory| match *memory {
-            LayerMemory::KeysValues => Some(total),
-            LayerMemory::Recurrent { conv, state } => total.checked_add(conv.checked_add(state)?.checked_mul(batch)?),
+        // Values per layer: keys and values of every position, or a recurrent state.
+        let values = layers.iter().try_fold(0usize, |total, memory| {
+            let layer = match *memory {
+                LayerMemory::KeysValues => shape.iter().try_fold(2usize, |values, &size| values.checked_mul(size))?,
+                LayerMemory::Attention { kv_heads, head_dim } => [batch, kv_heads, capacity, head_dim]
+                    .iter()
+                    .try_fold(2usize, |values, &size| values.checked_mul(size))?,
+                LayerMemory::Shared => 0,
+                LayerMemory::Recurrent { conv, state } => conv.checked_add(state)?.checked_mul(batch)?,
+            };
+            total.checked_add(layer)
         });
-        let bytes = shape
-            .iter()
-            .try_fold(std::mem::size_of::<f32>(), |bytes, &size| bytes.checked_mul(size))
-            .and_then(|bytes| bytes.checked_mul(attention)?.checked_mul(2))
-            .and_then(|bytes| bytes.checked_add(recurrent?.checked_mul(std::mem::size_of::<f32>())?))
+        let bytes = values
+            .and_then(|values| values.checked_mul(std::mem::size_of::<f32>()))
             .filter(|&bytes| bytes <= isize::MAX as usize)
             .ok_or_else(too_large)?;
         // Asked of the system first, so that a refusal is an error here rather than an abort in
@@ -229,6 +243,8 @@ where
         for memory in layers {
             let (state, shape) = match *memory {
                 LayerMemory::KeysValues => (None, shape),
+                LayerMemory::Attention { kv_heads, head_dim } => (None, [batch, kv_heads, capacity, head_dim]),
+                LayerMemory::Shared => (None, [batch, kv_heads, 0, head_dim]),
                 LayerMemory::Recurrent { conv, state } => (
                     Some(RecurrentState { conv: vec![0.0; conv * batch], state: vec![0.0; state * batch] }),
                     [batch, kv_heads, 0, head_dim],

@@ -325,6 +325,9 @@ enum Kind {
     BytePairs,
     /// `llama`: SentencePiece.
     SentencePiece,
+    /// `gemma4`: BPE by the file's merges over text whose spaces are `▁` (SentencePiece's
+    /// alphabet, no prefix), with byte fallback, split only at newlines.
+    SpacedPairs,
 }
 
 /// The tokenizer that `metadata` describes, as llama.cpp builds it; errors name `origin`.
@@ -333,11 +336,12 @@ pub(crate) fn tokenizer_from_gguf(metadata: &Metadata, origin: &Path) -> Result<
     let kind = match keys.string("model")? {
         Some("gpt2") => Kind::BytePairs,
         Some("llama") => Kind::SentencePiece,
+        Some("gemma4") => Kind::SpacedPairs,
         Some(other) => {
             return Err(fail(
                 origin,
                 format!(
-                    "tokenizer model `{}` (`tokenizer.ggml.model`) is not supported: nnx builds `gpt2` (byte-level BPE) and `llama` (SentencePiece) tokenizers",
+                    "tokenizer model `{}` (`tokenizer.ggml.model`) is not supported: nnx builds `gpt2` (byte-level BPE), `llama` (SentencePiece) and `gemma4` (BPE over SentencePiece's alphabet) tokenizers",
                     shown(other)
                 ),
             ));
@@ -387,14 +391,14 @@ pub(crate) fn tokenizer_from_gguf(metadata: &Metadata, origin: &Path) -> Result<
                 )
             })?)
         }
-        Kind::SentencePiece => None,
+        Kind::SentencePiece | Kind::SpacedPairs => None,
     };
 
     // The special ids llama.cpp assumes before reading the keys, and whether it adds them.
     let in_range = |id: u64| usize::try_from(id).ok().filter(|&id| id < count).map(|id| id as u32);
     let (mut bos, mut eos, mut unknown) = match kind {
         Kind::BytePairs => (in_range(11), in_range(11), None),
-        Kind::SentencePiece => (in_range(1), in_range(2), in_range(0)),
+        Kind::SentencePiece | Kind::SpacedPairs => (in_range(1), in_range(2), in_range(0)),
     };
     if pre.is_some_and(|pre| pre.no_bos) {
         bos = None;
@@ -413,7 +417,7 @@ pub(crate) fn tokenizer_from_gguf(metadata: &Metadata, origin: &Path) -> Result<
     }
     let add_bos = keys.boolean("add_bos_token")?.unwrap_or(match kind {
         Kind::BytePairs => pre.is_some_and(|pre| pre.add_bos),
-        Kind::SentencePiece => true,
+        Kind::SentencePiece | Kind::SpacedPairs => true,
     });
     let add_eos = keys.boolean("add_eos_token")?.unwrap_or(false);
 
@@ -422,6 +426,7 @@ pub(crate) fn tokenizer_from_gguf(metadata: &Metadata, origin: &Path) -> Result<
             let pre = pre.expect("a byte-level vocabulary has a pre-tokenizer");
             byte_level(&keys, vocab, pre)?
         }
+        Kind::SpacedPairs => spaced_pairs(&keys, vocab)?,
         Kind::SentencePiece => {
             let scores = keys.per_token("scores", count, |value| {
                 let array = value.as_array()?;
@@ -504,13 +509,33 @@ pub(crate) fn tokenizer_from_gguf(metadata: &Metadata, origin: &Path) -> Result<
     Ok(tokenizer)
 }
 
-/// Byte-level BPE over `tokens` and `tokenizer.ggml.merges`, split first as `pre` says.
-fn byte_level(keys: &Keys<'_>, vocab: Vocab, pre: &PreTokenizer) -> Result<Tokenizer> {
-    // llama.cpp splits a merge at its first space after the first byte and keeps the first
-    // rank of a pair given twice. A merge whose parts or result are not tokens cannot make a
-    // token, and BPE refuses it: it is left out. A missing list is read as no merges.
+/// Gemma 4's tokenizer as llama.cpp runs it: BPE by `tokenizer.ggml.merges` over the text
+/// with every space a `▁` (no prefix), split only into runs of newlines and runs of the rest,
+/// bytes no token covers as their `<0xNN>` tokens.
+fn spaced_pairs(keys: &Keys<'_>, vocab: Vocab) -> Result<Tokenizer> {
+    let error = |source: tokenizers::Error| Error::Tokenizer { path: keys.origin.to_path_buf(), source };
+    let merges = file_merges(keys, &vocab)?;
+    let model = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
+    let mut tokenizer = Tokenizer::new(model.build().map_err(error)?);
+    tokenizer
+        .with_normalizer(Some(NormalizerSequence::new(vec![Replace::new(" ", SPACE_MARK).map_err(error)?.into()])))
+        .map_err(error)?;
+    let lines = Split::new(SplitPattern::Regex("[^\\n]+|[\\n]+".to_string()), SplitDelimiterBehavior::Isolated, false)
+        .map_err(error)?;
+    tokenizer.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![PreTokenizerWrapper::Split(lines)])));
+    let decoders: Vec<DecoderWrapper> =
+        vec![Replace::new(SPACE_MARK, " ").map_err(error)?.into(), ByteFallback::new().into(), Fuse::new().into()];
+    tokenizer.with_decoder(Some(DecoderSequence::new(decoders)));
+    Ok(tokenizer)
+}
+
+/// The merges of `tokenizer.ggml.merges` BPE can take: llama.cpp splits a merge at its first
+/// space after the first byte and keeps the first rank of a pair given twice. A merge whose
+/// parts or result are not tokens cannot make a token, and BPE refuses it: it is left out. A
+/// missing list is read as no merges.
+fn file_merges(keys: &Keys<'_>, vocab: &Vocab) -> Result<Vec<(String, String)>> {
     let mut seen = HashSet::new();
-    let merges: Vec<(String, String)> = keys
+    Ok(keys
         .strings("merges")?
         .unwrap_or_default()
         .iter()
@@ -521,7 +546,12 @@ fn byte_level(keys: &Keys<'_>, vocab: Vocab, pre: &PreTokenizer) -> Result<Token
                 vocab.contains_key(left) && vocab.contains_key(right) && vocab.contains_key(&format!("{left}{right}"));
             (known && seen.insert((left, right))).then(|| (left.to_string(), right.to_string()))
         })
-        .collect();
+        .collect())
+}
+
+/// Byte-level BPE over `tokens` and `tokenizer.ggml.merges`, split first as `pre` says.
+fn byte_level(keys: &Keys<'_>, vocab: Vocab, pre: &PreTokenizer) -> Result<Tokenizer> {
+    let merges = file_merges(keys, &vocab)?;
     let error = |source: tokenizers::Error| Error::Tokenizer { path: keys.origin.to_path_buf(), source };
     // No unknown token: llama.cpp drops the characters no token covers.
     let model =

@@ -91,7 +91,7 @@ impl<'a> GgufKeys<'a> {
         &self.origin
     }
 
-    fn missing_in(origin: &Path, key: &str) -> crate::Error {
+    pub(crate) fn missing_in(origin: &Path, key: &str) -> crate::Error {
         let origin = if origin == GgufKeys::origin() {
             "the GGUF metadata".to_string()
         } else {
@@ -292,9 +292,10 @@ impl<'a> GgufKeys<'a> {
     /// from them: `block_count` against the `blk.N` tensors, `embedding_length` and the
     /// vocabulary against `token_embd.weight`, the heads and head widths against the rows of
     /// `blk.0`'s projections, `feed_forward_length` against `blk.0.ffn_up.weight`, and
-    /// `rope.dimension_count` against the head width (whole heads, or with `partial_rotary` at
-    /// most a head: the families that turn part of it). `shape` gives an entry's `[rows,
-    /// columns]`; an entry the file lacks is left to the import to name.
+    /// `rope.dimension_count` against the head width (whole heads, or at most a head where
+    /// `heads` says rotary turns part of it; none of the head checks where the heads differ
+    /// per layer). `shape` gives an entry's `[rows, columns]`; an entry the file lacks is left
+    /// to the import to name.
     ///
     /// # Errors
     /// [`crate::Error::ConfigField`] naming the file, the key and what the tensors say; the
@@ -304,7 +305,7 @@ impl<'a> GgufKeys<'a> {
         &self,
         names: impl Iterator<Item = &'n str>,
         shape: impl Fn(&str) -> Option<Vec<usize>>,
-        partial_rotary: bool,
+        heads: Heads,
     ) -> crate::Result<()> {
         let fail = |suffix: &str, found: usize, holds: usize, entry: String| crate::Error::ConfigField {
             path: self.origin.clone(),
@@ -344,6 +345,11 @@ impl<'a> GgufKeys<'a> {
                 });
             }
         }
+        if heads == Heads::PerLayer {
+            // The family's own reader sizes each layer, and the import checks each tensor.
+            return Ok(());
+        }
+        let partial_rotary = heads == Heads::Partial;
         let heads = self.required_size("attention.head_count")?;
         let key_length = self.size("attention.key_length")?;
         let head_dim = key_length.unwrap_or(hidden / heads.max(1));
@@ -394,6 +400,18 @@ impl<'a> GgufKeys<'a> {
         }
         Ok(())
     }
+}
+
+/// How a family's GGUF files shape their attention heads, for
+/// [`GgufKeys::check_tensors`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Heads {
+    /// One width for every layer's heads, all of it turned by rotary.
+    Whole,
+    /// One width, rotary turning part of it (`rope.dimension_count` below the width).
+    Partial,
+    /// Widths and counts per layer (Gemma 4's global and sliding layers).
+    PerLayer,
 }
 
 /// The `layer_types` entry of a layer with a sliding window.
@@ -541,6 +559,38 @@ where
         self.attend_with(layer, q, k, v, window, Some(sinks))
     }
 
+    /// The keys and values `q` may attend to at layer `layer`: `k` and `v` appended to the
+    /// cache's (when there is a cache), as `[batch, kv_heads, keys, head_dim]` views.
+    pub(crate) fn keys_values(
+        &mut self,
+        layer: usize,
+        k: Tensor<D>,
+        v: Tensor<D>,
+    ) -> crate::Result<(Tensor<D>, Tensor<D>)> {
+        match self.cache.as_deref_mut() {
+            Some(cache) => cache.update(layer, &k, &v),
+            None => Ok((k, v)),
+        }
+    }
+
+    /// Attention of `q` over `keys` and `values` as [`Pass::keys_values`] gives them (another
+    /// layer's, where a layer shares them), causal, over the last `window` keys when given.
+    pub(crate) fn attend_over(
+        &self,
+        q: &Tensor<D>,
+        keys: &Tensor<D>,
+        values: &Tensor<D>,
+        window: Option<usize>,
+    ) -> crate::Result<Tensor<D>> {
+        let key_mask = self.key_mask.as_deref();
+        let context = match window {
+            Some(window) => Compute::attention_windowed(q, keys, values, key_mask, window)?,
+            None => Compute::attention(q, keys, values, true, key_mask)?,
+        };
+        let (heads, seq, head_dim) = (q.shape()[1], q.shape()[2], q.shape()[3]);
+        Compute::reshape(&context.permute(&[0, 2, 1, 3])?, &[self.batch * seq, heads * head_dim])
+    }
+
     fn attend_with(
         &mut self,
         layer: usize,
@@ -550,10 +600,7 @@ where
         window: Option<usize>,
         sinks: Option<&[f32]>,
     ) -> crate::Result<Tensor<D>> {
-        let (keys, values) = match self.cache.as_deref_mut() {
-            Some(cache) => cache.update(layer, &k, &v)?,
-            None => (k, v),
-        };
+        let (keys, values) = self.keys_values(layer, k, v)?;
         let key_mask = self.key_mask.as_deref();
         let context = match (window, sinks) {
             (window, Some(sinks)) => {

@@ -17,6 +17,8 @@ pub enum Network {
     GptOss,
     /// [`Qwen35`](super::qwen35::Qwen35) (Qwen3.5 and Qwen3.6, dense and MoE).
     Qwen35,
+    /// [`Gemma4`](super::gemma4::Gemma4) (Gemma 4's dense text models).
+    Gemma4,
     /// [`Gpt2`](super::gpt2::Gpt2).
     Gpt2,
     /// [`Bert`](super::bert::Bert), an encoder: it embeds text and generates none.
@@ -27,13 +29,20 @@ impl Network {
     /// Whether its model also reads llama.cpp's GGUF names (its fields carry `gguf`
     /// attributes).
     pub fn reads_gguf(self) -> bool {
-        matches!(self, Network::Llama | Network::Qwen | Network::Gemma3 | Network::GptOss | Network::Qwen35)
+        matches!(
+            self,
+            Network::Llama | Network::Qwen | Network::Gemma3 | Network::GptOss | Network::Qwen35 | Network::Gemma4
+        )
     }
 
-    /// Whether its model turns only part of each head by rotary (`{arch}.rope.dimension_count`
-    /// below the head width), rather than whole heads.
-    pub fn partial_rotary(self) -> bool {
-        self == Network::Qwen35
+    /// How its GGUF files shape their attention heads: one width turned whole (most), one
+    /// width turned in part (Qwen3.5), or per layer (Gemma 4).
+    pub fn heads(self) -> super::decoder::Heads {
+        match self {
+            Network::Qwen35 => super::decoder::Heads::Partial,
+            Network::Gemma4 => super::decoder::Heads::PerLayer,
+            _ => super::decoder::Heads::Whole,
+        }
     }
 }
 
@@ -124,6 +133,13 @@ pub const FAMILIES: &[Family] = &[
         network: Network::Qwen35,
         model_types: &["qwen3_5_moe_text"],
         gguf_architectures: &["qwen35moe"],
+        exports_gguf: false,
+    },
+    Family {
+        name: "gemma4",
+        network: Network::Gemma4,
+        model_types: &["gemma4_text"],
+        gguf_architectures: &["gemma4"],
         exports_gguf: false,
     },
     Family {
@@ -223,10 +239,10 @@ mod tests {
         unique.dedup();
         assert_eq!(names.len(), unique.len(), "{names:?}");
         assert_eq!(from_gguf_architecture("mistral"), None, "llama.cpp writes Mistral as `llama`");
-        assert_eq!(supported(true), "llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss, qwen35, qwen35moe");
+        assert_eq!(supported(true), "llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss, qwen35, qwen35moe, gemma4");
         assert_eq!(
             supported(false),
-            "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gpt_oss, qwen3_5_text, qwen3_5_moe_text, gpt2"
+            "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gpt_oss, qwen3_5_text, qwen3_5_moe_text, gemma4_text, gpt2"
         );
     }
 }

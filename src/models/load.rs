@@ -18,6 +18,7 @@ use folder::{FolderConfig, Kind};
 use super::CausalLm;
 use super::family::{self, Network};
 use super::gemma3::{Gemma3, Gemma3Config};
+use super::gemma4::{Gemma4, Gemma4Config};
 use super::gpt_oss::{GptOss, GptOssConfig};
 use super::gpt2::{Gpt2, Gpt2Config};
 use super::llama::{Llama, LlamaConfig};
@@ -466,7 +467,7 @@ impl MetaModel {
         if let Some(own) = metadata.architecture().filter(|own| gguf_family(own).is_some()) {
             let keys = super::decoder::GgufKeys::new(metadata, &[own], "nnx", path)?;
             let shape = |name: &str| archive.entry_spec(name).ok().flatten().map(|(_, shape)| shape);
-            keys.check_tensors(archive.names(), shape, family.network.partial_rotary())?;
+            keys.check_tensors(archive.names(), shape, family.network.heads())?;
         }
         let meta = crate::nn::Init::Meta;
         Ok(match family.network {
@@ -498,6 +499,25 @@ impl MetaModel {
                 DType::F32,
                 meta,
             ))),
+            Network::Gemma4 => {
+                // The global layers' rotated share is in the file as `rope_freqs.weight`: one
+                // divisor per frequency, 1 for the turned ones.
+                let rotated = match archive.get("rope_freqs.weight") {
+                    Some(freqs) => {
+                        Some(2 * freqs.to_dtype(DType::F32)?.to_vec::<f32>()?.iter().filter(|&&f| f == 1.0).count())
+                    }
+                    None => None,
+                };
+                // Where the global layers' keys serve as values, they have no `attn_v`.
+                let global =
+                    (0..).map(|at| format!("blk.{at}.attn_q.weight")).take_while(|q| archive.contains(q)).count();
+                let keys_are_values = (0..global).any(|at| {
+                    archive.contains(&format!("blk.{at}.attn_k.weight"))
+                        && !archive.contains(&format!("blk.{at}.attn_v.weight"))
+                });
+                let config = Gemma4Config::from_gguf_at(metadata, tied, rotated, keys_are_values, path)?;
+                MetaModel::Decoder(Box::new(Gemma4::new(&config, DType::F32, meta)))
+            }
             Network::Gpt2 | Network::Bert => {
                 return Err(super::decoder::unusable(
                     path,
@@ -530,6 +550,9 @@ impl MetaModel {
             }
             Network::Qwen35 => {
                 MetaModel::Decoder(Box::new(Qwen35::new(&Qwen35Config::from_file(config_path)?, dtype, meta)))
+            }
+            Network::Gemma4 => {
+                MetaModel::Decoder(Box::new(Gemma4::new(&Gemma4Config::from_file(config_path)?, dtype, meta)))
             }
             Network::Gpt2 => MetaModel::Gpt2(Gpt2::new(&Gpt2Config::from_file(config_path)?, dtype, meta)),
             Network::Bert => {

@@ -8,6 +8,7 @@ mod delta_net;
 mod extra;
 pub mod family;
 pub mod gemma3;
+pub mod gemma4;
 pub mod gguf;
 pub mod gpt2;
 pub mod gpt_oss;

@@ -8,8 +8,19 @@ use std::path::{Path, PathBuf};
 use crate::util::{fixtures, json_field, run_nnx as nnx, scratch};
 
 /// The fixture cases, each a transformers folder with llama.cpp conversions beside it.
-const CASES: &[&str] =
-    &["llama3", "mistral", "qwen2", "qwen3", "gemma3", "llama3-wide", "qwen3moe", "gpt-oss", "qwen35", "qwen35moe"];
+const CASES: &[&str] = &[
+    "llama3",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "llama3-wide",
+    "qwen3moe",
+    "gpt-oss",
+    "qwen35",
+    "qwen35moe",
+    "gemma4",
+];
 /// The mixtures of experts and hybrids among `CASES`: their F32 perplexity is compared with
 /// llama-perplexity's without flash attention, their quantized files' within 2 %.
 const MOE: &[&str] = &["qwen3moe", "gpt-oss", "qwen35", "qwen35moe"];

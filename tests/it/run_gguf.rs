@@ -231,7 +231,7 @@ fn gguf_models_run_on_the_gpu() {
     assert!(diff <= 1e-4, "gpt-oss-mxfp4: the GPU's logits differ from transformers' by {diff}");
     // F32 files of every family on the GPU give transformers' logits, the mixtures of experts'
     // included.
-    for name in CASES.iter().chain(&MOE).chain(&HYBRID) {
+    for name in CASES.iter().chain(&MOE).chain(&HYBRID).chain(&["gemma4"]) {
         let reference = json(case(name).join("reference.json"));
         let options = nnx::models::LoadOptions::on(gpu.clone());
         let loaded = nnx::models::load_with(case(name).join("model-f32.gguf").to_str().unwrap(), &options).unwrap();
@@ -723,4 +723,69 @@ fn a_qwen35_file_with_its_prediction_head_runs_the_model_without_it() {
     let unused = plan.unused().iter().filter(|name| name.starts_with("blk.4.")).count();
     assert_eq!(unused, archive.names().filter(|name| name.starts_with("blk.4.")).count(), "{plan}");
     assert_eq!(loaded.architecture, "qwen35");
+}
+
+#[test]
+fn gemma4_files_and_folders_compute_as_transformers_and_llama_cpp_do() {
+    // Sliding and global layers of their own head widths and counts, keys serving as values,
+    // proportional rotary, per-layer embeddings, shared keys and values, layer scales.
+    let name = "gemma4";
+    let reference = json(case(name).join("reference.json"));
+    let expected = json(case(name).join("llamacpp.json"));
+    let ids = ids(&reference["ids"]);
+    for file in ["model-f32.gguf", ""] {
+        let (ours, loaded) = logits(name, file);
+        assert_eq!(loaded.architecture, name);
+        let diff = max_abs_diff(&ours, &floats(&reference["logits"]), name);
+        println!("{name} {file:?} vs transformers: max abs difference {diff:e}");
+        assert!(diff <= 1e-4, "{name} {file:?}: logits differ from transformers' by {diff}");
+    }
+    // llama.cpp computes GELU through a table of F16 values, which Gemma 4's unscaled
+    // attention scores carry further than Gemma 3's: 2e-2 of logits up to 5.
+    let (ours, loaded) = logits(name, "model-f32.gguf");
+    let diff = max_abs_diff(&ours, &floats(&expected["model-f32.gguf"]["logits_kv_f32"]), name);
+    println!("{name} model-f32.gguf vs llama.cpp: max abs difference {diff:e}");
+    assert!(diff <= 3e-2, "{name}: logits differ from llama.cpp's by {diff}");
+    let greedy: Vec<u32> = serde_json::from_value(expected["model-f32.gguf"]["greedy"].clone()).unwrap();
+    assert_eq!(greedy_with_cache(loaded.model.as_ref(), &ids, greedy.len()), greedy, "{name}: greedy ids");
+    let dir = crate::util::scratch();
+    for file in ["model-q8_0.gguf", "model-q4_k_m.gguf"] {
+        let (ours, loaded) = logits(name, file);
+        let decoded = dir.path().join(file);
+        let source = case(name).join(file);
+        let args = ["convert".as_ref(), source.as_os_str(), decoded.as_os_str(), "--type".as_ref(), "f32".as_ref()];
+        let (code, _, stderr) = crate::util::run_nnx(&args);
+        assert_eq!(code, 0, "{stderr}");
+        let exact = nnx::models::load(decoded.to_str().unwrap()).unwrap();
+        let exact = exact.model.logits(&ids).unwrap().to_vec::<f32>().unwrap();
+        let diff = max_abs_diff(&ours, &exact, file);
+        println!("{name} {file} ({}) vs its decoded blocks: max abs difference {diff:e}", loaded.weights);
+        assert!(diff <= 1e-4, "{name} {file}: logits differ from the decoded blocks' by {diff}");
+        // llama.cpp also rounds the activations to 8 bits and the keys and values to F16; with
+        // unscaled attention scores a few positions move far (its perplexity stays within 1 %,
+        // run_cli): the middle position agrees.
+        let theirs = floats(&expected[file]["logits"]);
+        let mut rows: Vec<f32> =
+            ours.chunks(320).zip(theirs.chunks(320)).map(|(a, b)| max_abs_diff(a, b, file)).collect();
+        let scale = theirs.iter().fold(0f32, |m, x| m.max(x.abs()));
+        println!("{name} {file} vs llama.cpp by position, logits up to {scale}: {rows:?}");
+        rows.sort_by(f32::total_cmp);
+        assert!(rows[rows.len() / 2] <= 0.08 * scale, "{name} {file}: {rows:?}");
+    }
+}
+
+#[test]
+fn gemma4_caches_its_shared_layers_as_it_computes_a_prompt() {
+    // The shared layers read the keys and values their source layers cached: one step at a
+    // time through the cache gives the prompt's logits.
+    let loaded = nnx::models::load(case("gemma4").join("model-f32.gguf").to_str().unwrap()).unwrap();
+    let ids: Vec<u32> = (0..24u32).map(|at| (at * 37 + 11) % 300).collect();
+    let all = loaded.model.logits(&ids).unwrap().to_vec::<f32>().unwrap();
+    let mut cache = loaded.model.new_cache(1, ids.len()).unwrap();
+    let mut worst = 0f32;
+    for (at, &id) in ids.iter().enumerate() {
+        let step = loaded.model.forward_cached(&[id], &mut cache).unwrap().to_vec::<f32>().unwrap();
+        worst = worst.max(max_abs_diff(&step, &all[at * 320..(at + 1) * 320], "gemma4"));
+    }
+    assert!(worst <= 1e-4, "cached steps differ from the prompt's logits by {worst}");
 }

@@ -6,6 +6,7 @@
 use nnx_core::quant::ggml::{GgmlLinear, GgmlType};
 
 use super::super::gemma3::Gemma3;
+use super::super::gemma4::Gemma4;
 use super::super::gpt_oss::GptOss;
 use super::super::llama::Llama;
 use super::super::lora::Lora;
@@ -356,6 +357,26 @@ impl Decoder for Qwen35 {
     fn experts(&mut self) -> Vec<ExpertStack<'_>> {
         let sparse = self.layers.iter_mut().enumerate().filter_map(|(at, layer)| Some((at, layer.moe.as_mut()?)));
         sparse.flat_map(|(at, moe)| per_expert_stacks(at, moe)).collect()
+    }
+
+    fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
+        &mut model.lm_head
+    }
+
+    fn attach(
+        model: Self::Ggml<Host>,
+        adapters: &[(crate::adapter::Adapter, f32)],
+        metadata: &crate::gguf::Metadata,
+    ) -> Result<Box<dyn CausalLm<Device = Host>>> {
+        attach_lora(model, adapters, metadata, false)
+    }
+}
+
+impl Decoder for Gemma4 {
+    type Ggml<D: Device> = Gemma4<D, Ggml>;
+
+    fn embed(&mut self) -> &mut TokenEmbedding {
+        &mut self.embed
     }
 
     fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
