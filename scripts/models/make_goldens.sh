@@ -96,7 +96,7 @@ for dir in "$out"/*/; do
         --outfile "$dir/model-f32.gguf" > "$dir/convert.log" 2>&1 || { cat "$dir/convert.log"; exit 1; }
     rm -f "$dir/convert.log"
     "$bin/llama-quantize" "$dir/model-f32.gguf" "$dir/model-q8_0.gguf" Q8_0 > /dev/null 2>&1
-    if [[ $case == gemma3 || $case == llama3-wide || $case == qwen3moe || $case == qwen35* ]]; then
+    if [[ $case == gemma* || $case == llama3-wide || $case == qwen3moe || $case == qwen35* ]]; then
         "$bin/llama-quantize" "$dir/model-f32.gguf" "$dir/model-q4_k_m.gguf" Q4_K_M > /dev/null 2>&1
     fi
 done

@@ -662,13 +662,14 @@ fn every_mixture_is_what_llama_quantize_writes_byte_for_byte() {
 /// bytes, the expert stacks included (MXFP4 for `mxfp4_moe`, Q5_0/Q5_1/F16 where Q4_K's blocks do
 /// not fit the experts' rows), and llama.cpp's file type.
 #[test]
-fn mixtures_of_experts_convert_as_llama_quantize_does() {
+fn moe_hybrid_and_gemma4_files_convert_as_llama_quantize_does() {
     let dir = scratch();
     let cases = [
         ("qwen3moe", &["q8_0", "q4_k_m"][..]),
         ("gpt-oss", &["q8_0", "q4_k_m", "mxfp4_moe"][..]),
         ("qwen35", &["q8_0", "q4_k_m"][..]),
         ("qwen35moe", &["q8_0", "q4_k_m"][..]),
+        ("gemma4", &["q8_0", "q4_k_m"][..]),
     ];
     for (case, mixtures) in cases {
         let folder = crate::util::fixtures().join("models").join(case);
