@@ -163,13 +163,14 @@ fn per_block(keys: &GgufKeys<'_>, suffix: &str, blocks: usize) -> crate::Result<
 }
 
 impl Gemma4Config {
-    /// Reads a `config.json` and [checks](Gemma4Config::check) it.
+    /// Reads a `config.json` (a text model's, or a published multimodal checkpoint's, whose
+    /// `text_config` describes the language model) and [checks](Gemma4Config::check) it.
     ///
     /// # Errors
     /// [`crate::Error::Io`], [`crate::Error::Config`], or [`crate::Error::ConfigField`] naming
     /// the first field that cannot make a model.
     pub fn from_file(path: impl AsRef<Path>) -> crate::Result<Gemma4Config> {
-        super::read_config(path.as_ref(), Gemma4Config::check)
+        super::read_text_config(path.as_ref(), Gemma4Config::check)
     }
 
     /// The configuration llama.cpp's hyperparameters describe (`general.architecture`

@@ -206,7 +206,18 @@ impl Files {
         if archive.gguf_metadata().is_none() && archive.names().any(|name| name.starts_with(LANGUAGE_MODEL)) {
             archive = archive.renamed(|name| match name.strip_prefix(LANGUAGE_MODEL) {
                 Some(rest) => Some(format!("model.{rest}")),
-                None if name.starts_with("model.visual.") => None,
+                None if [
+                    "model.visual.",
+                    "model.vision_tower.",
+                    "model.audio_tower.",
+                    "model.embed_vision.",
+                    "model.embed_audio.",
+                ]
+                .iter()
+                .any(|tower| name.starts_with(tower)) =>
+                {
+                    None
+                }
                 None => Some(name.to_string()),
             })?;
         }

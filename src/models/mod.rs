@@ -157,6 +157,35 @@ pub(crate) fn read_config<T: serde::de::DeserializeOwned>(
     Ok(config)
 }
 
+/// [`read_config`] of a language model's configuration that a multimodal checkpoint may wrap:
+/// its `text_config` when it has one (with the file's `tie_word_embeddings` where the text
+/// model's lacks it), else the file itself.
+pub(crate) fn read_text_config<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    check: impl FnOnce(&T, &Path) -> crate::Result<()>,
+) -> crate::Result<T> {
+    /// A multimodal file: the language model's fields in `text_config`.
+    #[derive(serde::Deserialize)]
+    struct Wrapped {
+        text_config: Option<serde_json::Value>,
+        #[serde(default)]
+        tie_word_embeddings: Option<bool>,
+    }
+    let wrapped: Wrapped = read_config(path, |_, _| Ok(()))?;
+    let Some(mut text) = wrapped.text_config else {
+        return read_config(path, check);
+    };
+    if let (Some(object), Some(tied)) = (text.as_object_mut(), wrapped.tie_word_embeddings) {
+        object.entry("tie_word_embeddings").or_insert(tied.into());
+    }
+    let config: T = serde_json::from_value(text).map_err(|error| crate::Error::Config {
+        path: path.to_path_buf(),
+        problem: crate::error::ConfigProblem::NotModelConfig { message: format!("`text_config`: {error}") },
+    })?;
+    check(&config, path)?;
+    Ok(config)
+}
+
 /// The most layers a configuration may ask for. The largest published models have a few
 /// hundred; a value far past that is a damaged file, and building it would exhaust memory.
 pub const MAX_LAYERS: usize = 1 << 12;

@@ -147,27 +147,7 @@ impl Qwen35Config {
     /// [`crate::Error::Io`], [`crate::Error::Config`], or [`crate::Error::ConfigField`] naming
     /// the first field that cannot make a model.
     pub fn from_file(path: impl AsRef<Path>) -> crate::Result<Qwen35Config> {
-        /// A published `qwen3_5` file: the language model's fields in `text_config`.
-        #[derive(serde::Deserialize)]
-        struct Wrapped {
-            text_config: Option<serde_json::Value>,
-            #[serde(default)]
-            tie_word_embeddings: Option<bool>,
-        }
-        let path = path.as_ref();
-        let wrapped: Wrapped = super::read_config(path, |_, _| Ok(()))?;
-        let Some(mut text) = wrapped.text_config else {
-            return super::read_config(path, Qwen35Config::check);
-        };
-        if let (Some(object), Some(tied)) = (text.as_object_mut(), wrapped.tie_word_embeddings) {
-            object.entry("tie_word_embeddings").or_insert(tied.into());
-        }
-        let config: Qwen35Config = serde_json::from_value(text).map_err(|error| crate::Error::Config {
-            path: path.to_path_buf(),
-            problem: crate::error::ConfigProblem::NotModelConfig { message: format!("`text_config`: {error}") },
-        })?;
-        config.check(path)?;
-        Ok(config)
+        super::read_text_config(path.as_ref(), Qwen35Config::check)
     }
 
     /// The configuration llama.cpp's hyperparameters describe (`general.architecture` `qwen35`

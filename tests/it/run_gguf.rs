@@ -669,22 +669,30 @@ fn a_hybrids_padded_batch_equals_its_sequences_alone() {
 }
 
 #[test]
-fn a_published_multimodal_qwen35_folder_reads_its_language_model() {
-    // Qwen3.5 as published (`Qwen3_5ForConditionalGeneration`): the text model's fields under
-    // `text_config`, its weights under `model.language_model.`, a vision tower and an MTP head
-    // beside them.
-    let source = case("qwen35");
+fn published_multimodal_folders_read_their_language_model() {
+    // Qwen3.5 and Gemma 4 as published (`*ForConditionalGeneration`): the text model's fields
+    // under `text_config`, its weights under `model.language_model.`, a vision tower (and
+    // Qwen3.5's MTP head) beside them.
+    for (name, model_type, tower) in [
+        ("qwen35", "qwen3_5", "model.visual.patch_embed.proj.weight"),
+        ("gemma4", "gemma4", "model.vision_tower.patch.weight"),
+    ] {
+        published_layout(name, model_type, tower);
+    }
+}
+
+fn published_layout(name: &str, model_type: &str, tower: &str) {
+    let source = case(name);
     let dir = crate::util::scratch();
     for file in ["generation_config.json", "tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(source.join(file), dir.path().join(file)).unwrap();
     }
     let text = json(source.join("config.json"));
     let config = serde_json::json!({
-        "architectures": ["Qwen3_5ForConditionalGeneration"],
-        "model_type": "qwen3_5",
+        "architectures": ["ForConditionalGeneration"],
+        "model_type": model_type,
         "text_config": text,
-        "vision_config": {"model_type": "qwen3_5", "depth": 2},
-        "tie_word_embeddings": false,
+        "vision_config": {"model_type": model_type, "depth": 2},
     });
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
     let archive = nnx::Archive::open(source.join("model.safetensors")).unwrap();
@@ -696,15 +704,15 @@ fn a_published_multimodal_qwen35_folder_reads_its_language_model() {
         };
         wrapped.insert(renamed, archive.get(&name).unwrap());
     }
-    wrapped.insert("model.visual.patch_embed.proj.weight", nnx::Tensor::zeros(nnx::DType::F32, &[4, 3]));
+    wrapped.insert(tower, nnx::Tensor::zeros(nnx::DType::F32, &[4, 3]));
     wrapped.insert("mtp.fc.weight", nnx::Tensor::zeros(nnx::DType::F32, &[64, 128]));
     wrapped.save(dir.path().join("model.safetensors")).unwrap();
     let reference = json(source.join("reference.json"));
     let loaded = nnx::models::load(dir.path().to_str().unwrap()).unwrap();
-    assert_eq!(loaded.architecture, "qwen35");
+    assert_eq!(loaded.architecture, name);
     let ours = loaded.model.logits(&ids(&reference["ids"])).unwrap().to_vec::<f32>().unwrap();
-    let diff = max_abs_diff(&ours, &floats(&reference["logits"]), "qwen35 published");
-    assert!(diff <= 1e-4, "the published layout's logits differ from transformers' by {diff}");
+    let diff = max_abs_diff(&ours, &floats(&reference["logits"]), name);
+    assert!(diff <= 1e-4, "{name}: the published layout's logits differ from transformers' by {diff}");
 }
 
 #[test]
