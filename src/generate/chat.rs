@@ -72,6 +72,7 @@ const END_OF_TURN: &[&str] = &[
     "<|eom_id|>",
     "<|im_end|>",
     "<end_of_turn>",
+    "<turn|>",
     "<|end|>",
     "<|END_OF_TURN_TOKEN|>",
     "<end_of_utterance>",

@@ -171,6 +171,8 @@ const TEMPLATES: &[(&str, &str, &str, &[&str])] = &[
     ("tojson-methods.jinja", "<s>", "</s>", &["</s>"]),
     // Harmony: `<|end|>` closes the analysis message, and the turn goes on to the final one.
     ("gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>", &["<|return|>", "<|call|>"]),
+    // Gemma 4: `<|turn>role` ... `<turn|>`, an empty thought channel before the answer.
+    ("gemma-4-31b-it.jinja", "<bos>", "<eos>", &["<eos>", "<turn|>"]),
 ];
 
 #[test]
