@@ -266,6 +266,21 @@ def case_configs(tok_ids):
                         num_kv_shared_layers=2, use_double_wide_mlp=True, rms_norm_eps=1e-6,
                         hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=30.0,
                         tie_word_embeddings=True)),
+        # Gemma 4's mixture of experts (as 26B-A4B): on every layer 4 experts of 32 (2 per
+        # token) beside the dense MLP, routed by a scaled router with a scale per expert; no
+        # per-layer embeddings or shared keys and values.
+        "gemma4moe": ("gemma", transformers.Gemma4TextConfig, transformers.Gemma4ForCausalLM,
+                      dict(COMMON, num_hidden_layers=4, head_dim=16, sliding_window=4,
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                        "full_attention"],
+                           rope_parameters={"full_attention": {"rope_type": "proportional",
+                                                               "partial_rotary_factor": 0.25, "rope_theta": 1e6},
+                                            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                           global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+                           vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=0,
+                           enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+                           rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=30.0,
+                           tie_word_embeddings=True)),
         # Qwen3.5: three Gated DeltaNet layers, then one gated full-attention layer (partial
         # rotary: a quarter of each head of 32). Two key heads serve four value heads, so that
         # the converter's reordering of value heads is exercised. rms_norm_eps is 1e-6, the

@@ -12,6 +12,7 @@
 use std::path::Path;
 
 use super::decoder::{GgufKeys, Pass, Rotary, SLIDING, check_layer_types, unusable};
+use super::moe::{Experts, Routing};
 use super::{DecoderConfig, Dense, Project, RopeParameters, TokenEmbedding, Weights};
 use crate::generate::LayerMemory;
 use crate::gguf::Metadata;
@@ -105,9 +106,18 @@ pub struct Gemma4Config {
     /// Whether the shared layers' MLPs are twice as wide.
     #[serde(default)]
     pub use_double_wide_mlp: bool,
-    /// The mixture-of-experts block (Gemma 4 26B-A4B), which nnx does not compute yet.
+    /// Whether every layer has a mixture of experts beside its MLP (Gemma 4 26B-A4B).
     #[serde(default)]
     pub enable_moe_block: bool,
+    /// The experts of each layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts: Option<usize>,
+    /// The experts each token is routed to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k_experts: Option<usize>,
+    /// The width of one expert's MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_intermediate_size: Option<usize>,
     /// Every other field of the file, as read (within a bound): nnx does not use them and
     /// writes them back.
     #[serde(flatten, skip_deserializing)]
@@ -258,6 +268,9 @@ impl Gemma4Config {
             num_kv_shared_layers: shared,
             use_double_wide_mlp: inner.iter().any(|&width| width != inner[0]),
             enable_moe_block: keys.size("expert_count")?.is_some_and(|experts| experts > 0),
+            num_experts: keys.size("expert_count")?,
+            top_k_experts: keys.size("expert_used_count")?,
+            moe_intermediate_size: keys.size("expert_feed_forward_length")?,
             extra: serde_json::Map::new(),
         };
         config.check(keys.path())?;
@@ -267,7 +280,7 @@ impl Gemma4Config {
     /// Checks that the configuration makes a model: the decoder's shape, one `layer_types`
     /// entry per layer, the global layers' heads, a positive window, fewer shared layers than
     /// layers with an earlier layer of each kind to share from, a per-layer table of the
-    /// vocabulary's rows, and no biases or experts (which nnx does not compute for Gemma 4).
+    /// vocabulary's rows, experts that can be routed to and addressed, and no biases.
     /// `path` names the file in the error.
     ///
     /// # Errors
@@ -284,11 +297,14 @@ impl Gemma4Config {
             return Err(unusable(path, "`attention_bias` is true; Gemma 4 has no attention biases".into()));
         }
         if self.enable_moe_block {
-            return Err(unusable(
-                path,
-                "`enable_moe_block` is true: nnx does not compute Gemma 4's mixture of experts yet; run a dense Gemma 4"
-                    .into(),
-            ));
+            let (experts, top_k, inner) =
+                (self.experts(), self.top_k_experts.unwrap_or(0), self.moe_intermediate_size.unwrap_or(0));
+            checks.positive("num_experts", experts)?;
+            checks.positive("top_k_experts", top_k)?;
+            checks.at_most("top_k_experts", top_k, experts)?;
+            checks.positive("moe_intermediate_size", inner)?;
+            let sizes = [("num_experts", experts), ("moe_intermediate_size", inner), ("hidden_size", self.hidden_size)];
+            checks.addressable(&sizes, self.num_hidden_layers, &[&[3, experts, inner, self.hidden_size]], &[])?;
         }
         for layer in 0..self.num_hidden_layers {
             let (kv_heads, head_dim) = (self.kv_heads_of(layer), self.head_dim_of(layer));
@@ -327,6 +343,10 @@ impl Gemma4Config {
         let per_layer = self.hidden_size_per_layer_input;
         let sizes = [("vocab_size", self.vocab_size), ("hidden_size_per_layer_input", per_layer)];
         checks.addressable(&sizes, 1, &[&[self.vocab_size, self.num_hidden_layers, per_layer]], &[])
+    }
+
+    fn experts(&self) -> usize {
+        self.num_experts.unwrap_or(0)
     }
 
     /// Whether layer `layer` is a sliding layer.
@@ -456,6 +476,21 @@ pub struct Attention<D: Device = Host, W: Weights = Dense> {
     pub k_norm: Option<RmsNorm<D>>,
 }
 
+/// The router of a layer's experts: `softmax(proj(rms(x) * scale / sqrt(hidden)))`, the top
+/// `k` renormalized, each chosen expert's weight times its own scale.
+#[derive(Module, Clone, Debug)]
+pub struct Router<D: Device = Host, W: Weights = Dense> {
+    /// `hidden -> experts`.
+    #[nnx(gguf = "ffn_gate_inp")]
+    pub proj: W::Layer<D>,
+    /// The scale of each normed input value, `[hidden]`.
+    #[nnx(gguf = "ffn_gate_inp.scale")]
+    pub scale: Tensor<D>,
+    /// Each expert's scale, `[experts]`.
+    #[nnx(gguf = "ffn_down_exps.scale")]
+    pub per_expert_scale: Tensor<D>,
+}
+
 /// One decoder layer.
 #[derive(Module, Clone, Debug)]
 pub struct Layer<D: Device = Host, W: Weights = Dense> {
@@ -489,6 +524,24 @@ pub struct Layer<D: Device = Host, W: Weights = Dense> {
     /// The scale of the layer's output, `[1]`.
     #[nnx(gguf = "layer_output_scale.weight")]
     pub layer_scalar: Tensor<D>,
+    /// The experts' router (a mixture of experts).
+    #[nnx(gguf = "")]
+    pub router: Option<Router<D, W>>,
+    /// The experts' gate and up projections, `[experts, 2 * inner, hidden]` (gate first).
+    #[nnx(from = "experts.gate_up_proj", gguf = "ffn_gate_up_exps")]
+    pub experts_gate_up: Option<Experts<D>>,
+    /// The experts' down projections, `[experts, hidden, inner]`.
+    #[nnx(from = "experts.down_proj", gguf = "ffn_down_exps")]
+    pub experts_down: Option<Experts<D>>,
+    /// Norm of the experts' input.
+    #[nnx(from = "pre_feedforward_layernorm_2", gguf = "pre_ffw_norm_2")]
+    pub experts_norm: Option<RmsNorm<D>>,
+    /// Norm of the MLP's output before it joins the experts'.
+    #[nnx(from = "post_feedforward_layernorm_1", gguf = "post_ffw_norm_1")]
+    pub mlp_out_norm: Option<RmsNorm<D>>,
+    /// Norm of the experts' output.
+    #[nnx(from = "post_feedforward_layernorm_2", gguf = "post_ffw_norm_2")]
+    pub experts_out_norm: Option<RmsNorm<D>>,
 }
 
 /// Gemma 4's text model with its language-model head.
@@ -531,6 +584,12 @@ impl Gemma4 {
             Linear::builder(input, output).bias(false).dtype(dtype).init(init).build()
         };
         let norm = |dim: usize| RmsNorm::builder(dim).eps(config.rms_norm_eps).dtype(DType::F32).init(init).build();
+        let vector = |shape: &[usize], value: f32| match init {
+            Init::Meta => Tensor::meta(DType::F32, shape),
+            _ => Tensor::from_vec(vec![value; shape.iter().product()], shape).expect("the shape's values"),
+        };
+        let (moe, experts, expert_inner) =
+            (config.enable_moe_block, config.experts(), config.moe_intermediate_size.unwrap_or(0));
         let layers = (0..layers_count)
             .map(|layer| {
                 let init = init.at(&format!("layers.{layer}"));
@@ -560,10 +619,19 @@ impl Gemma4 {
                     input_gate: (per_layer > 0).then(|| linear(hidden, per_layer, init.at("input_gate"))),
                     input_projection: (per_layer > 0).then(|| linear(per_layer, hidden, init.at("input_projection"))),
                     input_norm: (per_layer > 0).then(|| norm(hidden)),
-                    layer_scalar: match init {
-                        Init::Meta => Tensor::meta(DType::F32, &[1]),
-                        _ => Tensor::from_vec(vec![1f32], &[1]).expect("one value"),
-                    },
+                    layer_scalar: vector(&[1], 1.0),
+                    router: moe.then(|| Router {
+                        proj: linear(hidden, experts, init.at("router.proj")),
+                        scale: vector(&[hidden], 1.0),
+                        per_expert_scale: vector(&[experts], 1.0),
+                    }),
+                    experts_gate_up: moe
+                        .then(|| Experts::new(experts, 2 * expert_inner, hidden, dtype, init.at("experts_gate_up"))),
+                    experts_down: moe
+                        .then(|| Experts::new(experts, hidden, expert_inner, dtype, init.at("experts_down"))),
+                    experts_norm: moe.then(|| norm(hidden)),
+                    mlp_out_norm: moe.then(|| norm(hidden)),
+                    experts_out_norm: moe.then(|| norm(hidden)),
                 }
             })
             .collect();
@@ -622,6 +690,52 @@ where
         Ok(Some(projected.add(&tokens)?.scale(std::f32::consts::FRAC_1_SQRT_2)?))
     }
 
+    /// The experts on `x` (`[rows, hidden]`, normed for them), routed from the residual
+    /// stream `stream`: each row's top `k` experts by `router`, their tanh-GELU SwiGLU outputs
+    /// summed by the renormalized router weights times each expert's scale, the rows grouped
+    /// by expert so that each expert runs once.
+    fn experts(
+        &self,
+        router: &Router<D, W>,
+        [gate_up, down]: [&Experts<D>; 2],
+        x: &Tensor<D>,
+        stream: &Tensor<D>,
+    ) -> crate::Result<Tensor<D>> {
+        let config = &self.config;
+        let (rows, hidden) = (x.shape()[0], x.shape()[1]);
+        let normed = Compute::rms_norm(stream, None, config.rms_norm_eps)?;
+        let scaled = normed.mul(&router.scale)?.scale(1.0 / (hidden as f32).sqrt())?;
+        let logits = Compute::to_f32_vec(&router.proj.project(&scaled)?)?;
+        let expert_scale = Compute::to_f32_vec(&router.per_expert_scale)?;
+        let experts = expert_scale.len();
+        let routing = Routing { top_k: config.top_k_experts.unwrap_or(1), normalize: true };
+        let mut routed: Vec<Vec<(u32, f32)>> = vec![Vec::new(); experts];
+        for (row, logits) in logits.chunks_exact(experts.max(1)).enumerate() {
+            for (expert, weight) in routing.route(logits) {
+                routed[expert].push((row as u32, weight * expert_scale[expert]));
+            }
+        }
+        let x = Compute::to_dtype(x, DType::F32)?;
+        let inner = gate_up.weight.shape()[1] / 2;
+        let mut out = vec![0f32; rows * hidden];
+        for (expert, tokens) in routed.iter().enumerate().filter(|(_, tokens)| !tokens.is_empty()) {
+            let ids: Vec<u32> = tokens.iter().map(|&(row, _)| row).collect();
+            let xs = if ids.len() == rows { x.clone() } else { Compute::embedding(&x, &ids)? };
+            let both = Compute::to_f32_vec(&gate_up.project(expert, &xs)?)?;
+            let gated: Vec<f32> = both
+                .chunks_exact(2 * inner)
+                .flat_map(|row| row[..inner].iter().zip(&row[inner..]).map(|(&g, &u)| gelu_tanh(g) * u))
+                .collect();
+            let gated = x.upload_like(&Tensor::from_vec(gated, &[ids.len(), inner])?)?;
+            let values = Compute::to_f32_vec(&down.project(expert, &gated)?)?;
+            for (&(row, weight), values) in tokens.iter().zip(values.chunks_exact(hidden)) {
+                let sum = &mut out[row as usize * hidden..][..hidden];
+                sum.iter_mut().zip(values).for_each(|(sum, value)| *sum += weight * value);
+            }
+        }
+        x.upload_like(&Tensor::from_vec(out, &[rows, hidden])?)
+    }
+
     fn run(&self, ids: &[u32], mut pass: Pass<'_, D>) -> crate::Result<Tensor<D>> {
         let config = &self.config;
         let heads = config.num_attention_heads;
@@ -665,7 +779,18 @@ where
             let window = sliding.then_some(config.sliding_window);
             let context = pass.attend_over(&q, &keys, &values, window)?;
             h = h.add(&layer.post_attn_norm.forward(&attn.o.project(&context)?)?)?;
-            let x = layer.mlp.forward(&layer.mlp_norm.forward(&h)?, Compute::gelu_tanh)?;
+            let mut x = layer.mlp.forward(&layer.mlp_norm.forward(&h)?, Compute::gelu_tanh)?;
+            if let (Some(router), Some(gate_up), Some(down), Some(norm), Some(mlp_out), Some(experts_out)) = (
+                &layer.router,
+                &layer.experts_gate_up,
+                &layer.experts_down,
+                &layer.experts_norm,
+                &layer.mlp_out_norm,
+                &layer.experts_out_norm,
+            ) {
+                let routed = self.experts(router, [gate_up, down], &norm.forward(&h)?, &h)?;
+                x = mlp_out.forward(&x)?.add(&experts_out.forward(&routed)?)?;
+            }
             h = h.add(&layer.post_mlp_norm.forward(&x)?)?;
             if let (Some(inputs), Some(gate), Some(projection), Some(norm)) =
                 (&per_layer, &layer.input_gate, &layer.input_projection, &layer.input_norm)
@@ -690,6 +815,11 @@ where
             None => Ok(logits),
         }
     }
+}
+
+/// GELU's tanh form, as transformers' `gelu_pytorch_tanh`.
+fn gelu_tanh(x: f32) -> f32 {
+    0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh())
 }
 
 super::decoder::causal_lm!(Gemma4, memory: layer_memory);

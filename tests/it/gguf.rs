@@ -670,6 +670,7 @@ fn moe_hybrid_and_gemma4_files_convert_as_llama_quantize_does() {
         ("qwen35", &["q8_0", "q4_k_m"][..]),
         ("qwen35moe", &["q8_0", "q4_k_m"][..]),
         ("gemma4", &["q8_0", "q4_k_m"][..]),
+        ("gemma4moe", &["q8_0", "q4_k_m"][..]),
     ];
     for (case, mixtures) in cases {
         let folder = crate::util::fixtures().join("models").join(case);

@@ -76,6 +76,8 @@ pub(super) enum StackSource {
     /// `parts`-th output column from `index` (gpt-oss interleaves gate and up), with its bias
     /// `{name}_bias` `[experts, out * parts]` cut alike.
     Fused { name: String, parts: usize, index: usize },
+    /// One tensor `[experts, out, in]`, the stack as it is (Gemma 4's `experts.gate_up_proj`).
+    Whole(String),
 }
 
 /// Makes each fused stack that a folder stores as MXFP4 pairs (`{name}_blocks`, `{name}_scales`,
@@ -114,6 +116,11 @@ fn stacked_experts<M: Decoder>(dense: &mut M, archive: &Archive) -> Result<Impor
                     crate::Tensor::from_bytes(context.dtype, context.shape, &bytes)
                 })
             }
+            StackSource::Whole(name) => options.hook(weight, [name.clone()], move |archive, context| {
+                archive
+                    .tensor(&name, context.dtype, context.shape)
+                    .or_else(|_| archive.float(&name, context.dtype, context.shape)?.to_dtype(context.dtype))
+            }),
             StackSource::Fused { name, parts, index } => {
                 let bias = format!("{name}_bias");
                 let options = match stack.experts.ggml {
@@ -189,7 +196,7 @@ fn refuse_expert_adapters<M: Decoder>(
         let gguf = stems.of(&stack.path);
         let folder = match &stack.source {
             StackSource::PerExpert(pattern) => pattern.split("{}").next().unwrap_or(pattern).to_string(),
-            StackSource::Fused { name, .. } => name.clone(),
+            StackSource::Fused { name, .. } | StackSource::Whole(name) => name.clone(),
         };
         for (adapter, _) in adapters {
             let names = |module: &&crate::adapter::LoraModule| {
@@ -377,6 +384,29 @@ impl Decoder for Gemma4 {
 
     fn embed(&mut self) -> &mut TokenEmbedding {
         &mut self.embed
+    }
+
+    fn experts(&mut self) -> Vec<ExpertStack<'_>> {
+        let layers = self.layers.iter_mut().enumerate();
+        let mut stacks = Vec::new();
+        for (at, layer) in layers {
+            let whole = |name: &str| StackSource::Whole(format!("model.layers.{at}.experts.{name}"));
+            if let Some(experts) = layer.experts_gate_up.as_mut() {
+                stacks.push(ExpertStack {
+                    path: format!("layers.{at}.experts_gate_up"),
+                    source: whole("gate_up_proj"),
+                    experts,
+                });
+            }
+            if let Some(experts) = layer.experts_down.as_mut() {
+                stacks.push(ExpertStack {
+                    path: format!("layers.{at}.experts_down"),
+                    source: whole("down_proj"),
+                    experts,
+                });
+            }
+        }
+        stacks
     }
 
     fn head<D: Device>(model: &mut Self::Ggml<D>) -> &mut Option<GgmlLinear<D>> {
