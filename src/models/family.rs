@@ -124,16 +124,16 @@ pub const FAMILIES: &[Family] = &[
     Family {
         name: "qwen35",
         network: Network::Qwen35,
-        model_types: &["qwen3_5_text"],
+        model_types: &["qwen3_5_text", "qwen3_5"],
         gguf_architectures: &["qwen35"],
-        exports_gguf: false,
+        exports_gguf: true,
     },
     Family {
         name: "qwen35moe",
         network: Network::Qwen35,
-        model_types: &["qwen3_5_moe_text"],
+        model_types: &["qwen3_5_moe_text", "qwen3_5_moe"],
         gguf_architectures: &["qwen35moe"],
-        exports_gguf: false,
+        exports_gguf: true,
     },
     Family {
         name: "gemma4",

@@ -9,6 +9,7 @@ use std::path::Path;
 use nnx_io::gguf::{Array, Metadata, Value};
 
 use crate::models::llama::{DecoderConfig, LlamaConfig};
+use crate::models::qwen35::Qwen35Config;
 use crate::{Archive, Tensor};
 
 /// A checkpoint ready to be written as GGUF: llama.cpp's metadata and the tensors under
@@ -41,19 +42,210 @@ pub fn export(dir: &Path) -> crate::Result<Option<GgufExport>> {
         return Ok(None);
     };
     let Some(&arch) = family.gguf_architectures.first() else { return Ok(None) };
-    let config = LlamaConfig::from_file(&config_path)?;
-    let archive = Archive::open(dir)?;
-    let mut export = llama(&config, &archive, dir, arch)?;
+    let archive = super::load::text_model_view(Archive::open(dir)?)?;
+    let (mut export, ids, pre) = match family.network {
+        super::family::Network::Qwen35 => {
+            let config = Qwen35Config::from_file(&config_path)?;
+            let export = qwen35(&config, &archive, dir, arch)?;
+            (export, config.extra.clone(), None)
+        }
+        _ => {
+            let config = LlamaConfig::from_file(&config_path)?;
+            (llama(&config, &archive, dir, arch)?, config.extra.clone(), Some("default"))
+        }
+    };
     if let Some(name) = dir.file_name().and_then(|name| name.to_str()) {
         export.metadata.set("general.name", Value::String(name.to_string()));
     }
     let tokenizer = dir.join("tokenizer.json");
     if tokenizer.is_file() {
-        tokenizer_metadata(&tokenizer, &config, &mut export)?;
+        tokenizer_metadata(&tokenizer, &ids, pre, &mut export)?;
     } else {
         export.notes.push("no tokenizer.json: the file has no tokenizer".into());
     }
     Ok(Some(export))
+}
+
+/// llama.cpp's order of value heads where key heads serve several: transformers groups the
+/// `ratio` value heads of each key head together (`[key_heads, ratio, width]` along `axis`),
+/// llama.cpp's converter tiles them (`[ratio, key_heads, width]`), so that value head `h`
+/// reads key head `h % key_heads`. `range` is the part of `axis` holding the value heads.
+fn tile_value_heads(
+    tensor: &Tensor,
+    axis: usize,
+    range: std::ops::Range<usize>,
+    (key_heads, ratio, width): (usize, usize, usize),
+) -> crate::Result<Tensor> {
+    let shape = tensor.shape().to_vec();
+    let values = tensor.to_dtype(crate::DType::F32)?.to_vec::<f32>()?;
+    let (outer, size) = (shape[..axis].iter().product::<usize>(), shape[axis]);
+    let inner = shape[axis + 1..].iter().product::<usize>();
+    let mut out = values.clone();
+    for o in 0..outer {
+        for g in 0..key_heads {
+            for r in 0..ratio {
+                for d in 0..width {
+                    let from = range.start + (g * ratio + r) * width + d;
+                    let to = range.start + (r * key_heads + g) * width + d;
+                    let (src, dst) = ((o * size + from) * inner, (o * size + to) * inner);
+                    out[dst..dst + inner].copy_from_slice(&values[src..src + inner]);
+                }
+            }
+        }
+    }
+    Tensor::from_vec(out, &shape)?.to_dtype(tensor.dtype())
+}
+
+/// The GGUF form of a Qwen3.5 checkpoint (dense or MoE), as llama.cpp's converter writes it:
+/// the norms that multiply by `1 + w` stored as `1 + w`, `A_log` as `-exp(A_log)`, the
+/// convolution's unit axis dropped, the value heads tiled ([`tile_value_heads`]), the experts
+/// stacked, and the hyperparameters under `{arch}.ssm.*` and the decoder's keys.
+fn qwen35(config: &Qwen35Config, archive: &Archive, dir: &Path, arch: &str) -> crate::Result<GgufExport> {
+    let mut metadata = Metadata::new();
+    let set = |metadata: &mut Metadata, key: &str, value: Value| metadata.set(format!("{arch}.{key}"), value);
+    metadata.set("general.architecture", Value::String(arch.into()));
+    let u32_of = |n: usize| Value::U32(n as u32);
+    let layers = config.num_hidden_layers;
+    set(&mut metadata, "context_length", u32_of(config.max_position_embeddings.unwrap_or(32_768)));
+    set(&mut metadata, "embedding_length", u32_of(config.hidden_size));
+    set(&mut metadata, "block_count", u32_of(layers));
+    if let Some(inner) = config.intermediate_size {
+        set(&mut metadata, "feed_forward_length", u32_of(inner));
+    }
+    set(&mut metadata, "attention.head_count", u32_of(config.num_attention_heads));
+    set(&mut metadata, "attention.head_count_kv", u32_of(config.kv_heads()));
+    set(&mut metadata, "attention.key_length", u32_of(config.head_dim()));
+    set(&mut metadata, "attention.value_length", u32_of(config.head_dim()));
+    set(&mut metadata, "attention.layer_norm_rms_epsilon", Value::F32(config.rms_norm_eps));
+    set(&mut metadata, "rope.freq_base", Value::F32(config.theta()));
+    set(&mut metadata, "rope.dimension_count", u32_of(config.rotated()));
+    let mut sections: Vec<i32> = config
+        .rope_parameters
+        .as_ref()
+        .and_then(|rope| rope.extra.get("mrope_section"))
+        .and_then(|sections| serde_json::from_value(sections.clone()).ok())
+        .unwrap_or_else(|| vec![11, 11, 10]);
+    sections.resize(4, 0);
+    set(&mut metadata, "rope.dimension_sections", Value::Array(Array::I32(sections)));
+    let dims = config.delta_dims(true);
+    set(&mut metadata, "ssm.conv_kernel", u32_of(dims.kernel));
+    set(&mut metadata, "ssm.state_size", u32_of(dims.key_dim));
+    set(&mut metadata, "ssm.group_count", u32_of(dims.key_heads));
+    set(&mut metadata, "ssm.time_step_rank", u32_of(dims.value_heads));
+    set(&mut metadata, "ssm.inner_size", u32_of(dims.value_heads * dims.value_dim));
+    let recurrent: Vec<bool> = (0..layers).map(|layer| config.is_linear(layer)).collect();
+    set(&mut metadata, "attention.recurrent_layers", Value::Array(Array::Bool(recurrent)));
+    set(&mut metadata, "full_attention_interval", u32_of(config.full_attention_interval.unwrap_or(4)));
+    if config.is_moe() {
+        let experts = config.num_experts.unwrap_or(0);
+        set(&mut metadata, "expert_count", u32_of(experts));
+        set(&mut metadata, "expert_used_count", u32_of(config.num_experts_per_tok.unwrap_or(0)));
+        set(&mut metadata, "expert_feed_forward_length", u32_of(config.moe_intermediate_size.unwrap_or(0)));
+        if let Some(shared) = config.shared_expert_intermediate_size {
+            set(&mut metadata, "expert_shared_feed_forward_length", u32_of(shared));
+        }
+    }
+
+    let mut tensors = Archive::new();
+    let take = |name: &str| {
+        let tensor = archive.try_get(name)?;
+        named(archive, dir, name, tensor.check_expansion(tensor.expansion_limit()))?;
+        if tensor.rank() == 1 && tensor.dtype().is_castable_float() {
+            return named(archive, dir, name, tensor.to_dtype(crate::DType::F32));
+        }
+        Ok(tensor)
+    };
+    // A norm of `x * (1 + w)`: llama.cpp's converter stores `1 + w`.
+    let centred = |name: &str| -> crate::Result<Tensor> {
+        let values = take(name)?.to_dtype(crate::DType::F32)?;
+        named(archive, dir, name, values.add_scalar(1.0))
+    };
+    let (key_heads, ratio, width) = (dims.key_heads, dims.value_heads / dims.key_heads.max(1), dims.value_dim);
+    let key_width = 2 * dims.key_heads * dims.key_dim;
+    let tiled = |name: &str, axis: usize, range: std::ops::Range<usize>, width: usize| -> crate::Result<Tensor> {
+        let tensor = take(name)?;
+        if ratio == 1 {
+            return Ok(tensor);
+        }
+        named(archive, dir, name, tile_value_heads(&tensor, axis, range, (key_heads, ratio, width)))
+    };
+    tensors.insert("token_embd.weight", take("model.embed_tokens.weight")?);
+    let channels = dims.channels();
+    let value_width = dims.value_heads * width;
+    for i in 0..layers {
+        let hf = |part: &str| format!("model.layers.{i}.{part}");
+        let blk = |part: &str| format!("blk.{i}.{part}");
+        tensors.insert(blk("attn_norm.weight"), centred(&hf("input_layernorm.weight"))?);
+        tensors.insert(blk("post_attention_norm.weight"), centred(&hf("post_attention_layernorm.weight"))?);
+        if config.is_linear(i) {
+            let lin = |part: &str| hf(&format!("linear_attn.{part}"));
+            tensors.insert(blk("attn_qkv.weight"), tiled(&lin("in_proj_qkv.weight"), 0, key_width..channels, width)?);
+            tensors.insert(blk("attn_gate.weight"), tiled(&lin("in_proj_z.weight"), 0, 0..value_width, width)?);
+            tensors.insert(blk("ssm_beta.weight"), tiled(&lin("in_proj_b.weight"), 0, 0..dims.value_heads, 1)?);
+            tensors.insert(blk("ssm_alpha.weight"), tiled(&lin("in_proj_a.weight"), 0, 0..dims.value_heads, 1)?);
+            let conv = take(&lin("conv1d.weight"))?;
+            let conv = named(
+                archive,
+                dir,
+                &lin("conv1d.weight"),
+                conv.to_dtype(crate::DType::F32)?.reshape(&[channels, dims.kernel]),
+            )?;
+            let conv = match ratio {
+                1 => conv,
+                _ => tile_value_heads(&conv, 0, key_width..channels, (key_heads, ratio, width))?,
+            };
+            tensors.insert(blk("ssm_conv1d.weight"), conv);
+            tensors.insert(blk("ssm_dt.bias"), tiled(&lin("dt_bias"), 0, 0..dims.value_heads, 1)?);
+            let a_log = tiled(&lin("A_log"), 0, 0..dims.value_heads, 1)?.to_dtype(crate::DType::F32)?;
+            let decay: Vec<f32> = a_log.to_vec::<f32>()?.iter().map(|a| -a.exp()).collect();
+            tensors.insert(blk("ssm_a"), Tensor::from_vec(decay, &[dims.value_heads])?);
+            tensors.insert(blk("ssm_norm.weight"), take(&lin("norm.weight"))?);
+            tensors.insert(blk("ssm_out.weight"), tiled(&lin("out_proj.weight"), 1, 0..value_width, width)?);
+        } else {
+            for (ours, theirs) in
+                [("attn_q", "q_proj"), ("attn_k", "k_proj"), ("attn_v", "v_proj"), ("attn_output", "o_proj")]
+            {
+                tensors.insert(blk(&format!("{ours}.weight")), take(&hf(&format!("self_attn.{theirs}.weight")))?);
+            }
+            tensors.insert(blk("attn_q_norm.weight"), centred(&hf("self_attn.q_norm.weight"))?);
+            tensors.insert(blk("attn_k_norm.weight"), centred(&hf("self_attn.k_norm.weight"))?);
+        }
+        if config.is_moe() {
+            tensors.insert(blk("ffn_gate_inp.weight"), take(&hf("mlp.gate.weight"))?);
+            let experts = config.num_experts.unwrap_or(0);
+            for (ours, theirs) in
+                [("ffn_gate_exps", "gate_proj"), ("ffn_up_exps", "up_proj"), ("ffn_down_exps", "down_proj")]
+            {
+                let stack: Vec<Tensor> = (0..experts)
+                    .map(|e| take(&hf(&format!("mlp.experts.{e}.{theirs}.weight"))))
+                    .collect::<crate::Result<_>>()?;
+                let [rows, cols] = stack.first().map_or([0, 0], |first| [first.shape()[0], first.shape()[1]]);
+                let mut bytes = Vec::new();
+                for expert in &stack {
+                    bytes.extend_from_slice(&expert.contiguous().to_bytes()?);
+                }
+                let dtype = stack.first().map_or(crate::DType::F32, Tensor::dtype);
+                tensors
+                    .insert(blk(&format!("{ours}.weight")), Tensor::from_bytes(dtype, &[experts, rows, cols], &bytes)?);
+            }
+            tensors.insert(blk("ffn_gate_inp_shexp.weight"), take(&hf("mlp.shared_expert_gate.weight"))?);
+            for (ours, theirs) in
+                [("ffn_gate_shexp", "gate_proj"), ("ffn_up_shexp", "up_proj"), ("ffn_down_shexp", "down_proj")]
+            {
+                tensors
+                    .insert(blk(&format!("{ours}.weight")), take(&hf(&format!("mlp.shared_expert.{theirs}.weight")))?);
+            }
+        } else {
+            for (ours, theirs) in [("ffn_gate", "gate_proj"), ("ffn_up", "up_proj"), ("ffn_down", "down_proj")] {
+                tensors.insert(blk(&format!("{ours}.weight")), take(&hf(&format!("mlp.{theirs}.weight")))?);
+            }
+        }
+    }
+    tensors.insert("output_norm.weight", centred("model.norm.weight")?);
+    if !config.tie_word_embeddings {
+        tensors.insert("output.weight", take("lm_head.weight")?);
+    }
+    Ok(GgufExport { metadata, tensors, notes: Vec::new() })
 }
 
 /// ggml's row order of a query or key projection of `heads` heads: within each head, rows
@@ -156,7 +348,12 @@ fn llama(config: &LlamaConfig, archive: &Archive, dir: &Path, arch: &str) -> cra
 /// The tokenizer of a `tokenizer.json` as llama.cpp's converter writes a byte-level BPE one
 /// (`tokenizer.ggml.model = gpt2`): tokens in id order, their types, the merges and the special
 /// ids. Other tokenizer models are left out with a note.
-fn tokenizer_metadata(path: &Path, config: &LlamaConfig, export: &mut GgufExport) -> crate::Result<()> {
+fn tokenizer_metadata(
+    path: &Path,
+    ids: &serde_json::Map<String, serde_json::Value>,
+    pre: Option<&str>,
+    export: &mut GgufExport,
+) -> crate::Result<()> {
     let text = nnx_io::config::read_text(path)?;
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|error| crate::Error::Config {
         path: path.to_path_buf(),
@@ -182,7 +379,7 @@ fn tokenizer_metadata(path: &Path, config: &LlamaConfig, export: &mut GgufExport
         .chain(added.iter().filter_map(|token| token["id"].as_u64()))
         .max()
         .map_or(0, |max| max as usize + 1)
-        .max(config.extra.get("vocab_size").and_then(|v| v.as_u64()).unwrap_or(0) as usize);
+        .max(ids.get("vocab_size").and_then(|v| v.as_u64()).unwrap_or(0) as usize);
     let mut tokens = vec![None; size];
     for (token, id) in &vocab {
         if let Some(slot) = id.as_u64().and_then(|id| tokens.get_mut(id as usize)) {
@@ -216,7 +413,18 @@ fn tokenizer_metadata(path: &Path, config: &LlamaConfig, export: &mut GgufExport
         .unwrap_or_default();
     let metadata = &mut export.metadata;
     metadata.set("tokenizer.ggml.model", Value::String("gpt2".into()));
-    metadata.set("tokenizer.ggml.pre", Value::String("default".into()));
+    // The pre-tokenizer by its regex where the caller does not name one: Qwen's splits with
+    // `\p{M}` (Qwen3.5's) or without (Qwen2's).
+    let pattern = json["pre_tokenizer"]["pretokenizers"]
+        .as_array()
+        .and_then(|items| items.iter().find_map(|item| item["pattern"]["Regex"].as_str()))
+        .unwrap_or_default();
+    let pre = pre.unwrap_or(match pattern {
+        _ if pattern.contains("\\p{M}") => "qwen35",
+        _ if pattern.contains("[^\\r\\n\\p{L}\\p{N}]?\\p{L}+") => "qwen2",
+        _ => "default",
+    });
+    metadata.set("tokenizer.ggml.pre", Value::String(pre.into()));
     metadata.set("tokenizer.ggml.tokens", Value::Array(Array::String(names)));
     metadata.set("tokenizer.ggml.token_type", Value::Array(Array::I32(kinds)));
     // llama.cpp requires the key for byte-level BPE even when there are no merges.
@@ -227,7 +435,7 @@ fn tokenizer_metadata(path: &Path, config: &LlamaConfig, export: &mut GgufExport
     metadata.set("tokenizer.ggml.add_bos_token", Value::Bool(special(single.first())));
     metadata.set("tokenizer.ggml.add_eos_token", Value::Bool(single.len() > 1 && special(single.last())));
     for (key, field) in [("bos_token_id", "bos"), ("eos_token_id", "eos"), ("pad_token_id", "padding")] {
-        if let Some(id) = config.extra.get(key).and_then(|id| id.as_u64()) {
+        if let Some(id) = ids.get(key).and_then(|id| id.as_u64()) {
             metadata.set(format!("tokenizer.ggml.{field}_token_id"), Value::U32(id as u32));
         }
     }

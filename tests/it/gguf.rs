@@ -699,3 +699,59 @@ fn moe_hybrid_and_gemma4_files_convert_as_llama_quantize_does() {
         }
     }
 }
+
+#[test]
+fn qwen35_folders_convert_to_the_gguf_files_llama_cpps_converter_writes() {
+    // Names, shapes and values of every tensor (the norms' `1 + w`, `-exp(A_log)`, the tiled
+    // value heads, the stacked experts), and the logits, against the converter's F32 files.
+    for case in ["qwen35", "qwen35moe"] {
+        let folder = crate::util::fixtures().join("models").join(case);
+        let dir = scratch();
+        let output = dir.path().join("ours.gguf");
+        let args = ["convert".as_ref(), folder.as_os_str(), output.as_os_str()];
+        let (code, _, stderr) = crate::util::run_nnx(&args);
+        assert_eq!(code, 0, "{case}: {stderr}");
+        let (ours, theirs) = (Archive::open(&output).unwrap(), Archive::open(folder.join("model-f32.gguf")).unwrap());
+        let mut names: Vec<&str> = ours.names().collect();
+        let mut expected: Vec<&str> = theirs.names().collect();
+        names.sort();
+        expected.sort();
+        assert_eq!(names, expected, "{case}");
+        for name in names {
+            let values = |archive: &Archive| {
+                let tensor = archive.get(name).unwrap();
+                (tensor.shape().to_vec(), tensor.to_dtype(nnx::DType::F32).unwrap().to_vec::<f32>().unwrap())
+            };
+            let ((shape, ours), (expected_shape, theirs)) = (values(&ours), values(&theirs));
+            assert_eq!(shape, expected_shape, "{case}: {name}");
+            let diff = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            // The same values (the converter works in float32, which can move the last bit).
+            assert!(diff <= 1e-6, "{case}: {name} differs by {diff}");
+        }
+        let keys = |archive: &Archive| {
+            let metadata = archive.gguf_metadata().unwrap();
+            let arch = metadata.architecture().unwrap().to_string();
+            let mut keys: Vec<(String, String)> = metadata
+                .iter()
+                .filter(|(key, _)| key.starts_with(&format!("{arch}.")))
+                .map(|(key, value)| (key.to_string(), format!("{value:?}")))
+                .collect();
+            keys.sort();
+            keys
+        };
+        assert_eq!(keys(&ours), keys(&theirs), "{case}: hyperparameters");
+        let pre = |archive: &Archive| archive.gguf_metadata().unwrap().get("tokenizer.ggml.pre").cloned();
+        assert_eq!(pre(&ours), pre(&theirs), "{case}: pre-tokenizer");
+        // The file runs as the converter's does.
+        let reference: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(folder.join("reference.json")).unwrap()).unwrap();
+        let ids: Vec<u32> = serde_json::from_value(reference["ids"].clone()).unwrap();
+        let logits = |path: &std::path::Path| {
+            let loaded = nnx::models::load(path.to_str().unwrap()).unwrap();
+            loaded.model.logits(&ids).unwrap().to_vec::<f32>().unwrap()
+        };
+        let (a, b) = (logits(&output), logits(&folder.join("model-f32.gguf")));
+        let diff = a.iter().zip(&b).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(diff <= 1e-4, "{case}: the converted file's logits differ by {diff}");
+    }
+}
