@@ -138,9 +138,9 @@ pub const FAMILIES: &[Family] = &[
     Family {
         name: "gemma4",
         network: Network::Gemma4,
-        model_types: &["gemma4_text"],
+        model_types: &["gemma4_text", "gemma4"],
         gguf_architectures: &["gemma4"],
-        exports_gguf: false,
+        exports_gguf: true,
     },
     Family {
         name: "gpt2",

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use nnx_io::gguf::{Array, Metadata, Value};
 
+use crate::models::gemma4::Gemma4Config;
 use crate::models::llama::{DecoderConfig, LlamaConfig};
 use crate::models::qwen35::Qwen35Config;
 use crate::{Archive, Tensor};
@@ -48,6 +49,20 @@ pub fn export(dir: &Path) -> crate::Result<Option<GgufExport>> {
             let config = Qwen35Config::from_file(&config_path)?;
             let export = qwen35(&config, &archive, dir, arch)?;
             (export, config.extra.clone(), None)
+        }
+        super::family::Network::Gemma4 => {
+            let config = Gemma4Config::from_file(&config_path)?;
+            let mut export = gemma4(&config, &archive, dir, arch)?;
+            let tokenizer = dir.join("tokenizer.json");
+            if tokenizer.is_file() {
+                spaced_tokenizer_metadata(&tokenizer, &config.extra, &mut export)?;
+            } else {
+                export.notes.push("no tokenizer.json: the file has no tokenizer".into());
+            }
+            if let Some(name) = dir.file_name().and_then(|name| name.to_str()) {
+                export.metadata.set("general.name", Value::String(name.to_string()));
+            }
+            return Ok(Some(export));
         }
         _ => {
             let config = LlamaConfig::from_file(&config_path)?;
@@ -343,6 +358,219 @@ fn llama(config: &LlamaConfig, archive: &Archive, dir: &Path, arch: &str) -> cra
         );
     }
     Ok(GgufExport { metadata, tensors, notes })
+}
+
+/// The GGUF form of a Gemma 4 text checkpoint (dense or MoE), as llama.cpp's converter writes
+/// it: its names (norms as stored, `w`), the global layers' rotary divisors as
+/// `rope_freqs.weight` (1 for the turned frequencies, 1e30 for the rest), the layer scales as
+/// `layer_output_scale.weight`, the token embedding cut to the tokenizer's rows, and the
+/// hyperparameters of both layer kinds (`_swa` for the sliding ones, arrays where the layers
+/// differ).
+fn gemma4(config: &Gemma4Config, archive: &Archive, dir: &Path, arch: &str) -> crate::Result<GgufExport> {
+    let mut metadata = Metadata::new();
+    let set = |metadata: &mut Metadata, key: &str, value: Value| metadata.set(format!("{arch}.{key}"), value);
+    metadata.set("general.architecture", Value::String(arch.into()));
+    let u32_of = |n: usize| Value::U32(n as u32);
+    let layers = config.num_hidden_layers;
+    let global = (0..layers).find(|&layer| !config.is_sliding(layer)).unwrap_or(0);
+    let (local_dim, global_dim) = (config.head_dim, config.head_dim_of(global));
+    set(&mut metadata, "context_length", u32_of(config.max_position_embeddings.unwrap_or(131_072)));
+    set(&mut metadata, "embedding_length", u32_of(config.hidden_size));
+    set(&mut metadata, "block_count", u32_of(layers));
+    let widths: Vec<usize> = (0..layers).map(|layer| config.inner_of(layer)).collect();
+    let per_layer = |values: &[usize]| match values.iter().all(|&value| value == values[0]) {
+        true => u32_of(values[0]),
+        false => Value::Array(Array::I32(values.iter().map(|&value| value as i32).collect())),
+    };
+    set(&mut metadata, "feed_forward_length", per_layer(&widths));
+    set(&mut metadata, "attention.head_count", u32_of(config.num_attention_heads));
+    let kv: Vec<usize> = (0..layers).map(|layer| config.kv_heads_of(layer)).collect();
+    set(&mut metadata, "attention.head_count_kv", per_layer(&kv));
+    set(&mut metadata, "attention.key_length", u32_of(global_dim));
+    set(&mut metadata, "attention.value_length", u32_of(global_dim));
+    set(&mut metadata, "attention.key_length_swa", u32_of(local_dim));
+    set(&mut metadata, "attention.value_length_swa", u32_of(local_dim));
+    let theta = |sliding: bool, default: f32| {
+        let rope = config.rope_parameters.as_ref();
+        let rope =
+            rope.and_then(|rope| if sliding { rope.sliding_attention.as_ref() } else { rope.full_attention.as_ref() });
+        rope.and_then(|rope| rope.rope_theta).unwrap_or(default)
+    };
+    set(&mut metadata, "rope.freq_base", Value::F32(theta(false, 1_000_000.0)));
+    set(&mut metadata, "rope.freq_base_swa", Value::F32(theta(true, 10_000.0)));
+    set(&mut metadata, "rope.dimension_count", u32_of(global_dim));
+    set(&mut metadata, "rope.dimension_count_swa", u32_of(local_dim));
+    set(&mut metadata, "attention.layer_norm_rms_epsilon", Value::F32(config.rms_norm_eps));
+    set(&mut metadata, "attention.sliding_window", u32_of(config.sliding_window));
+    let pattern: Vec<bool> = (0..layers).map(|layer| config.is_sliding(layer)).collect();
+    set(&mut metadata, "attention.sliding_window_pattern", Value::Array(Array::Bool(pattern)));
+    set(&mut metadata, "attention.shared_kv_layers", u32_of(config.num_kv_shared_layers));
+    set(&mut metadata, "embedding_length_per_layer_input", u32_of(config.hidden_size_per_layer_input));
+    if let Some(cap) = config.final_logit_softcapping.filter(|&cap| cap != 0.0) {
+        set(&mut metadata, "final_logit_softcapping", Value::F32(cap));
+    }
+    if config.enable_moe_block {
+        set(&mut metadata, "expert_count", u32_of(config.num_experts.unwrap_or(0)));
+        set(&mut metadata, "expert_used_count", u32_of(config.top_k_experts.unwrap_or(0)));
+        set(&mut metadata, "expert_feed_forward_length", u32_of(config.moe_intermediate_size.unwrap_or(0)));
+    }
+
+    let mut tensors = Archive::new();
+    let take = |name: &str| {
+        let tensor = archive.try_get(name)?;
+        named(archive, dir, name, tensor.check_expansion(tensor.expansion_limit()))?;
+        if tensor.rank() == 1 && tensor.dtype().is_castable_float() {
+            return named(archive, dir, name, tensor.to_dtype(crate::DType::F32));
+        }
+        Ok(tensor)
+    };
+    // The converter's divisors of the global layers' frequencies: "proportional" rotary turns
+    // the first part of them.
+    let fraction = config
+        .rope_parameters
+        .as_ref()
+        .and_then(|rope| rope.full_attention.as_ref())
+        .and_then(|rope| rope.extra.get("partial_rotary_factor"))
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or(1.0);
+    let turned = (global_dim as f64 * fraction / 2.0) as usize;
+    let freqs: Vec<f32> = (0..global_dim / 2).map(|at| if at < turned { 1.0 } else { 1e30 }).collect();
+    tensors.insert("rope_freqs.weight", Tensor::from_vec(freqs, &[global_dim / 2])?);
+    tensors.insert("token_embd.weight", take("model.embed_tokens.weight")?);
+    let optional = |name: &str| archive.contains(name).then(|| take(name)).transpose();
+    for (ours, theirs) in [
+        ("per_layer_token_embd.weight", "model.embed_tokens_per_layer.weight"),
+        ("per_layer_model_proj.weight", "model.per_layer_model_projection.weight"),
+        ("per_layer_proj_norm.weight", "model.per_layer_projection_norm.weight"),
+    ] {
+        if let Some(tensor) = optional(theirs)? {
+            tensors.insert(ours, tensor);
+        }
+    }
+    for i in 0..layers {
+        let hf = |part: &str| format!("model.layers.{i}.{part}");
+        let blk = |part: &str| format!("blk.{i}.{part}");
+        const NAMES: [(&str, &str); 25] = [
+            ("attn_norm.weight", "input_layernorm.weight"),
+            ("attn_q.weight", "self_attn.q_proj.weight"),
+            ("attn_k.weight", "self_attn.k_proj.weight"),
+            ("attn_v.weight", "self_attn.v_proj.weight"),
+            ("attn_output.weight", "self_attn.o_proj.weight"),
+            ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+            ("attn_k_norm.weight", "self_attn.k_norm.weight"),
+            ("post_attention_norm.weight", "post_attention_layernorm.weight"),
+            ("ffn_norm.weight", "pre_feedforward_layernorm.weight"),
+            ("ffn_gate.weight", "mlp.gate_proj.weight"),
+            ("ffn_up.weight", "mlp.up_proj.weight"),
+            ("ffn_down.weight", "mlp.down_proj.weight"),
+            ("post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
+            ("inp_gate.weight", "per_layer_input_gate.weight"),
+            ("proj.weight", "per_layer_projection.weight"),
+            ("post_norm.weight", "post_per_layer_input_norm.weight"),
+            ("layer_output_scale.weight", "layer_scalar"),
+            ("ffn_gate_inp.weight", "router.proj.weight"),
+            ("ffn_gate_inp.scale", "router.scale"),
+            ("ffn_down_exps.scale", "router.per_expert_scale"),
+            ("ffn_gate_up_exps.weight", "experts.gate_up_proj"),
+            ("ffn_down_exps.weight", "experts.down_proj"),
+            ("pre_ffw_norm_2.weight", "pre_feedforward_layernorm_2.weight"),
+            ("post_ffw_norm_1.weight", "post_feedforward_layernorm_1.weight"),
+            ("post_ffw_norm_2.weight", "post_feedforward_layernorm_2.weight"),
+        ];
+        for (ours, theirs) in NAMES.iter().filter(|(ours, _)| !ours.is_empty()) {
+            if let Some(tensor) = optional(&hf(theirs))? {
+                tensors.insert(blk(ours), tensor);
+            }
+        }
+    }
+    tensors.insert("output_norm.weight", take("model.norm.weight")?);
+    if !config.tie_word_embeddings {
+        tensors.insert("output.weight", take("lm_head.weight")?);
+    }
+    Ok(GgufExport { metadata, tensors, notes: Vec::new() })
+}
+
+/// The tokenizer of a SentencePiece-style BPE `tokenizer.json` (byte fallback, spaces as `▁`)
+/// as llama.cpp's converter writes Gemma 4's (`tokenizer.ggml.model = gemma4`): the tokens in
+/// id order, scores of -1000, their types (byte tokens, control tokens, the rest normal), the
+/// merges and the special ids; BOS added, no space prefix.
+fn spaced_tokenizer_metadata(
+    path: &Path,
+    ids: &serde_json::Map<String, serde_json::Value>,
+    export: &mut GgufExport,
+) -> crate::Result<()> {
+    let text = nnx_io::config::read_text(path)?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|error| crate::Error::Config {
+        path: path.to_path_buf(),
+        problem: crate::error::ConfigProblem::NotModelConfig { message: error.to_string() },
+    })?;
+    let model = &json["model"];
+    if model["type"] != "BPE" || model["byte_fallback"] != true {
+        export.notes.push("the tokenizer (not a BPE with byte fallback) is not written".into());
+        return Ok(());
+    }
+    let vocab = model["vocab"].as_object().cloned().unwrap_or_default();
+    let added = json["added_tokens"].as_array().cloned().unwrap_or_default();
+    let size = vocab
+        .values()
+        .filter_map(|id| id.as_u64())
+        .chain(added.iter().filter_map(|token| token["id"].as_u64()))
+        .max()
+        .map_or(0, |max| max as usize + 1);
+    // llama.cpp's token types: 1 normal, 3 control, 6 byte.
+    let mut tokens: Vec<Option<(String, i32)>> = vec![None; size];
+    for (token, id) in &vocab {
+        if let Some(slot) = id.as_u64().and_then(|id| tokens.get_mut(id as usize)) {
+            let byte = token.len() == 6 && token.starts_with("<0x") && token.ends_with('>');
+            *slot = Some((token.clone(), if byte { 6 } else { 1 }));
+        }
+    }
+    for token in &added {
+        let (Some(id), Some(content)) = (token["id"].as_u64(), token["content"].as_str()) else { continue };
+        if token["special"].as_bool() == Some(true)
+            && let Some(slot) = tokens.get_mut(id as usize)
+        {
+            *slot = Some((content.to_string(), 3));
+        }
+    }
+    let (names, kinds): (Vec<String>, Vec<i32>) =
+        tokens.into_iter().enumerate().map(|(id, token)| token.unwrap_or_else(|| (format!("[PAD{id}]"), 5))).unzip();
+    let merges: Vec<String> = model["merges"]
+        .as_array()
+        .map(|merges| {
+            merges
+                .iter()
+                .filter_map(|merge| match merge {
+                    serde_json::Value::String(text) => Some(text.clone()),
+                    serde_json::Value::Array(pair) => {
+                        Some(format!("{} {}", pair.first()?.as_str()?, pair.get(1)?.as_str()?))
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let scores = vec![-1000.0f32; names.len()];
+    let unknown = model["unk_token"].as_str().and_then(|token| vocab.get(token)).and_then(|id| id.as_u64());
+    let metadata = &mut export.metadata;
+    metadata.set("tokenizer.ggml.model", Value::String("gemma4".into()));
+    metadata.set("tokenizer.ggml.tokens", Value::Array(Array::String(names)));
+    metadata.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
+    metadata.set("tokenizer.ggml.token_type", Value::Array(Array::I32(kinds)));
+    metadata.set("tokenizer.ggml.merges", Value::Array(Array::String(merges)));
+    metadata.set("tokenizer.ggml.add_bos_token", Value::Bool(true));
+    metadata.set("tokenizer.ggml.add_eos_token", Value::Bool(false));
+    metadata.set("tokenizer.ggml.add_space_prefix", Value::Bool(false));
+    if let Some(id) = unknown {
+        metadata.set("tokenizer.ggml.unknown_token_id", Value::U32(id as u32));
+    }
+    for (key, field) in [("bos_token_id", "bos"), ("eos_token_id", "eos"), ("pad_token_id", "padding")] {
+        let id = ids.get(key).and_then(|id| id.as_u64().or_else(|| id.as_array()?.first()?.as_u64()));
+        if let Some(id) = id {
+            metadata.set(format!("tokenizer.ggml.{field}_token_id"), Value::U32(id as u32));
+        }
+    }
+    Ok(())
 }
 
 /// The tokenizer of a `tokenizer.json` as llama.cpp's converter writes a byte-level BPE one
