@@ -3,6 +3,7 @@ head added (`mtp.*` tensors as Qwen3.5 publishes them, random, and `mtp_num_hidd
 converted by llama.cpp's converter, which keeps the head by default as one more block
 (`blk.N.nextn.*` and a full-attention layer) and says so in `{arch}.nextn_predict_layers`. A
 reader must leave that block out of the main model: the file's logits are the plain file's.
+The head's tensors are also written alone, as `mtp.safetensors`.
 
 Usage (the oracle venv; the llama.cpp sources of scripts/llamacpp):
     python scripts/models/qwen35_mtp.py tests/fixtures/models LLAMA_CPP_SOURCES
@@ -32,7 +33,7 @@ def main():
         return (torch.randn(shape, generator=g) / shape[-1] ** 0.5).to(torch.bfloat16)
 
     tensors = load_file(source / "model.safetensors")
-    tensors.update({
+    head = {
         "mtp.fc.weight": random(hidden, 2 * hidden),
         "mtp.pre_fc_norm_embedding.weight": random(hidden),
         "mtp.pre_fc_norm_hidden.weight": random(hidden),
@@ -48,7 +49,10 @@ def main():
         "mtp.layers.0.mlp.gate_proj.weight": random(inner, hidden),
         "mtp.layers.0.mlp.up_proj.weight": random(inner, hidden),
         "mtp.layers.0.mlp.down_proj.weight": random(hidden, inner),
-    })
+    }
+    tensors.update(head)
+    # The head alone, beside the fixture, so that a test can put the folder back together.
+    save_file(head, source / "mtp.safetensors", metadata={"format": "pt"})
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "qwen35-mtp"
         shutil.copytree(source, folder, ignore=shutil.ignore_patterns("*.gguf", "*.json"))

@@ -114,7 +114,8 @@ fn tile_value_heads(
 /// The GGUF form of a Qwen3.5 checkpoint (dense or MoE), as llama.cpp's converter writes it:
 /// the norms that multiply by `1 + w` stored as `1 + w`, `A_log` as `-exp(A_log)`, the
 /// convolution's unit axis dropped, the value heads tiled ([`tile_value_heads`]), the experts
-/// stacked, and the hyperparameters under `{arch}.ssm.*` and the decoder's keys.
+/// stacked, the multi-token-prediction head kept as more blocks, and the hyperparameters under
+/// `{arch}.ssm.*` and the decoder's keys.
 fn qwen35(config: &Qwen35Config, archive: &Archive, dir: &Path, arch: &str) -> crate::Result<GgufExport> {
     let mut metadata = Metadata::new();
     let set = |metadata: &mut Metadata, key: &str, value: Value| metadata.set(format!("{arch}.{key}"), value);
@@ -148,7 +149,19 @@ fn qwen35(config: &Qwen35Config, archive: &Archive, dir: &Path, arch: &str) -> c
     set(&mut metadata, "ssm.group_count", u32_of(dims.key_heads));
     set(&mut metadata, "ssm.time_step_rank", u32_of(dims.value_heads));
     set(&mut metadata, "ssm.inner_size", u32_of(dims.value_heads * dims.value_dim));
-    let recurrent: Vec<bool> = (0..layers).map(|layer| config.is_linear(layer)).collect();
+    // The multi-token-prediction head, kept as the converter keeps it: more blocks after the
+    // model's, full-attention layers, counted by `nextn_predict_layers`.
+    let predict = match archive.contains("mtp.fc.weight") {
+        true => config.mtp_num_hidden_layers.unwrap_or_else(|| {
+            (0..).take_while(|at| archive.contains(&format!("mtp.layers.{at}.input_layernorm.weight"))).count()
+        }),
+        false => 0,
+    };
+    if predict > 0 {
+        set(&mut metadata, "block_count", u32_of(layers + predict));
+        set(&mut metadata, "nextn_predict_layers", u32_of(predict));
+    }
+    let recurrent: Vec<bool> = (0..layers + predict).map(|layer| layer < layers && config.is_linear(layer)).collect();
     set(&mut metadata, "attention.recurrent_layers", Value::Array(Array::Bool(recurrent)));
     set(&mut metadata, "full_attention_interval", u32_of(config.full_attention_interval.unwrap_or(4)));
     if config.is_moe() {
@@ -187,12 +200,13 @@ fn qwen35(config: &Qwen35Config, archive: &Archive, dir: &Path, arch: &str) -> c
     tensors.insert("token_embd.weight", take("model.embed_tokens.weight")?);
     let channels = dims.channels();
     let value_width = dims.value_heads * width;
-    for i in 0..layers {
-        let hf = |part: &str| format!("model.layers.{i}.{part}");
+    let main = (0..layers).map(|i| (format!("model.layers.{i}"), i));
+    for (prefix, i) in main.chain((0..predict).map(|at| (format!("mtp.layers.{at}"), layers + at))) {
+        let hf = |part: &str| format!("{prefix}.{part}");
         let blk = |part: &str| format!("blk.{i}.{part}");
         tensors.insert(blk("attn_norm.weight"), centred(&hf("input_layernorm.weight"))?);
         tensors.insert(blk("post_attention_norm.weight"), centred(&hf("post_attention_layernorm.weight"))?);
-        if config.is_linear(i) {
+        if i < layers && config.is_linear(i) {
             let lin = |part: &str| hf(&format!("linear_attn.{part}"));
             tensors.insert(blk("attn_qkv.weight"), tiled(&lin("in_proj_qkv.weight"), 0, key_width..channels, width)?);
             tensors.insert(blk("attn_gate.weight"), tiled(&lin("in_proj_z.weight"), 0, 0..value_width, width)?);
@@ -255,6 +269,13 @@ fn qwen35(config: &Qwen35Config, archive: &Archive, dir: &Path, arch: &str) -> c
                 tensors.insert(blk(&format!("{ours}.weight")), take(&hf(&format!("mlp.{theirs}.weight")))?);
             }
         }
+    }
+    if predict > 0 {
+        let blk = |part: &str| format!("blk.{layers}.nextn.{part}");
+        tensors.insert(blk("eh_proj.weight"), take("mtp.fc.weight")?);
+        tensors.insert(blk("enorm.weight"), centred("mtp.pre_fc_norm_embedding.weight")?);
+        tensors.insert(blk("hnorm.weight"), centred("mtp.pre_fc_norm_hidden.weight")?);
+        tensors.insert(blk("shared_head_norm.weight"), centred("mtp.norm.weight")?);
     }
     tensors.insert("output_norm.weight", centred("model.norm.weight")?);
     if !config.tie_word_embeddings {

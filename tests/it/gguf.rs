@@ -705,14 +705,20 @@ fn qwen35_and_gemma4_folders_convert_to_the_gguf_files_llama_cpps_converter_writ
     // Names, shapes and values of every tensor (Qwen3.5's `1 + w` norms, `-exp(A_log)`, tiled
     // value heads and stacked experts; Gemma 4's rotary divisors and layer scales), the
     // hyperparameters and the tokenizer, and the logits, against the converter's F32 files.
-    for case in ["qwen35", "qwen35moe", "gemma4", "gemma4moe"] {
-        let folder = crate::util::fixtures().join("models").join(case);
+    // qwen35-mtp: the folder with its multi-token-prediction head (`mtp.safetensors` joined to
+    // it), against the converter's file that keeps the head.
+    for case in ["qwen35", "qwen35moe", "gemma4", "gemma4moe", "qwen35-mtp"] {
         let dir = scratch();
+        let (folder, gguf) = match case {
+            "qwen35-mtp" => (mtp_folder(dir.path()), "model-mtp-f32.gguf"),
+            _ => (crate::util::fixtures().join("models").join(case), "model-f32.gguf"),
+        };
         let output = dir.path().join("ours.gguf");
         let args = ["convert".as_ref(), folder.as_os_str(), output.as_os_str()];
         let (code, _, stderr) = crate::util::run_nnx(&args);
         assert_eq!(code, 0, "{case}: {stderr}");
-        let (ours, theirs) = (Archive::open(&output).unwrap(), Archive::open(folder.join("model-f32.gguf")).unwrap());
+        let fixture = crate::util::fixtures().join("models").join(case.trim_end_matches("-mtp"));
+        let (ours, theirs) = (Archive::open(&output).unwrap(), Archive::open(fixture.join(gguf)).unwrap());
         let mut names: Vec<&str> = ours.names().collect();
         let mut expected: Vec<&str> = theirs.names().collect();
         names.sort();
@@ -751,14 +757,32 @@ fn qwen35_and_gemma4_folders_convert_to_the_gguf_files_llama_cpps_converter_writ
         }
         // The file runs as the converter's does.
         let reference: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(folder.join("reference.json")).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(fixture.join("reference.json")).unwrap()).unwrap();
         let ids: Vec<u32> = serde_json::from_value(reference["ids"].clone()).unwrap();
         let logits = |path: &std::path::Path| {
             let loaded = nnx::models::load(path.to_str().unwrap()).unwrap();
             loaded.model.logits(&ids).unwrap().to_vec::<f32>().unwrap()
         };
-        let (a, b) = (logits(&output), logits(&folder.join("model-f32.gguf")));
+        let (a, b) = (logits(&output), logits(&fixture.join(gguf)));
         let diff = a.iter().zip(&b).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(diff <= 1e-4, "{case}: the converted file's logits differ by {diff}");
     }
+}
+
+/// The qwen35 fixture's folder with its multi-token-prediction head, in `dir`.
+fn mtp_folder(dir: &std::path::Path) -> std::path::PathBuf {
+    let source = crate::util::fixtures().join("models").join("qwen35");
+    let folder = dir.join("qwen35-mtp");
+    std::fs::create_dir(&folder).unwrap();
+    for file in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        std::fs::copy(source.join(file), folder.join(file)).unwrap();
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap()).unwrap();
+    config["mtp_num_hidden_layers"] = 1.into();
+    std::fs::write(folder.join("config.json"), config.to_string()).unwrap();
+    let parts =
+        [source.join("model.safetensors"), source.join("mtp.safetensors")].map(|path| Archive::open(path).unwrap());
+    Archive::union(parts).unwrap().save(folder.join("model.safetensors")).unwrap();
+    folder
 }
