@@ -43,7 +43,7 @@ pub fn export(dir: &Path) -> crate::Result<Option<GgufExport>> {
         return Ok(None);
     };
     let Some(&arch) = family.gguf_architectures.first() else { return Ok(None) };
-    let archive = super::load::text_model_view(Archive::open(dir)?)?;
+    let archive = super::text_model_view(Archive::open(dir)?)?;
     let (mut export, ids, pre) = match family.network {
         super::family::Network::Qwen35 => {
             let config = Qwen35Config::from_file(&config_path)?;

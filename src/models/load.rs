@@ -183,29 +183,6 @@ pub fn load(source: &str) -> Result<LoadedModel> {
     load_with(source, &LoadOptions::default())
 }
 
-/// Where a multimodal checkpoint keeps its language model's entries.
-const LANGUAGE_MODEL: &str = "model.language_model.";
-
-/// A folder's entries as a `*ForCausalLM` checkpoint names them: a multimodal checkpoint (Qwen3.5
-/// and Gemma 4 as published, `*ForConditionalGeneration`) keeps its language model under
-/// `model.language_model.` and its vision and audio towers beside it; the text model is read
-/// as llama.cpp's converter reads it, the towers left out. Other archives come back as they are.
-///
-/// # Errors
-/// [`Error::Duplicate`] when a renamed entry meets one of the same name.
-pub(super) fn text_model_view(archive: Archive) -> Result<Archive> {
-    if archive.gguf_metadata().is_some() || !archive.names().any(|name| name.starts_with(LANGUAGE_MODEL)) {
-        return Ok(archive);
-    }
-    const TOWERS: [&str; 5] =
-        ["model.visual.", "model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio."];
-    archive.renamed(|name| match name.strip_prefix(LANGUAGE_MODEL) {
-        Some(rest) => Some(format!("model.{rest}")),
-        None if TOWERS.iter().any(|tower| name.starts_with(tower)) => None,
-        None => Some(name.to_string()),
-    })
-}
-
 /// The opened files of one model.
 struct Files {
     /// The GGUF file or the folder.
@@ -218,7 +195,7 @@ struct Files {
 impl Files {
     fn open(source: &str) -> Result<Files> {
         let path = crate::hub::local_path(source)?;
-        let archive = text_model_view(Archive::open(&path)?)?;
+        let archive = super::text_model_view(Archive::open(&path)?)?;
         Ok(Files { path, archive, adapters: Vec::new() })
     }
 

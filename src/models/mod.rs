@@ -157,6 +157,29 @@ pub(crate) fn read_config<T: serde::de::DeserializeOwned>(
     Ok(config)
 }
 
+/// Where a multimodal checkpoint keeps its language model's entries.
+const LANGUAGE_MODEL: &str = "model.language_model.";
+
+/// A folder's entries as a `*ForCausalLM` checkpoint names them: a multimodal checkpoint (Qwen3.5
+/// and Gemma 4 as published, `*ForConditionalGeneration`) keeps its language model under
+/// `model.language_model.` and its vision and audio towers beside it; the text model is read
+/// as llama.cpp's converter reads it, the towers left out. Other archives come back as they are.
+///
+/// # Errors
+/// [`crate::Error::Duplicate`] when a renamed entry meets one of the same name.
+pub(crate) fn text_model_view(archive: crate::Archive) -> crate::Result<crate::Archive> {
+    if archive.gguf_metadata().is_some() || !archive.names().any(|name| name.starts_with(LANGUAGE_MODEL)) {
+        return Ok(archive);
+    }
+    const TOWERS: [&str; 5] =
+        ["model.visual.", "model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio."];
+    archive.renamed(|name| match name.strip_prefix(LANGUAGE_MODEL) {
+        Some(rest) => Some(format!("model.{rest}")),
+        None if TOWERS.iter().any(|tower| name.starts_with(tower)) => None,
+        None => Some(name.to_string()),
+    })
+}
+
 /// [`read_config`] of a language model's configuration that a multimodal checkpoint may wrap:
 /// its `text_config` when it has one (with the file's `tie_word_embeddings` where the text
 /// model's lacks it), else the file itself.
