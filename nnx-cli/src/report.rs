@@ -62,7 +62,7 @@ fn listed(names: &[&str]) -> String {
 }
 
 /// The roles of the quantization map, in the order of a block's computation.
-const ROLES: [&str; 19] = [
+const ROLES: [&str; 24] = [
     "embed",
     "pos_embed",
     "attn_norm",
@@ -73,12 +73,17 @@ const ROLES: [&str; 19] = [
     "q_norm",
     "k_norm",
     "o",
+    "mixer",
     "post_attn_norm",
     "ffn_norm",
     "gate",
     "up",
     "down",
+    "router",
+    "experts",
+    "shared_expert",
     "post_ffn_norm",
+    "per_layer",
     "norm",
     "output",
     "other",
@@ -434,6 +439,33 @@ fn role(in_block: bool, rest: &str, gemma_norms: bool) -> &'static str {
         };
     }
     let attention = has(&["attn", "self_attn", "attention"]);
+    // A hybrid's recurrent layers (Qwen3.5's Gated DeltaNet: `linear_attn.*`, llama.cpp's
+    // `ssm_*` and the output gate `attn_gate`), a mixture's router, experts and shared
+    // expert, and Gemma 4's per-layer embedding inputs: the map shows each layer's kind.
+    let stem = last_stem.unwrap_or_default();
+    if has(&["linear_attn"]) || stem.starts_with("ssm_") || stem == "attn_gate" {
+        return "mixer";
+    }
+    if stem.ends_with("_shexp") || has(&["shared_expert", "shared_expert_gate"]) {
+        return "shared_expert";
+    }
+    if stem == "ffn_gate_inp" || has(&["router"]) {
+        return "router";
+    }
+    if stem.ends_with("_exps") || has(&["experts"]) {
+        return "experts";
+    }
+    if matches!(
+        stem,
+        "inp_gate"
+            | "proj"
+            | "post_norm"
+            | "per_layer_input_gate"
+            | "per_layer_projection"
+            | "post_per_layer_input_norm"
+    ) {
+        return "per_layer";
+    }
     match last_stem {
         Some("q_norm" | "attn_q_norm") => "q_norm",
         Some("k_norm" | "attn_k_norm") => "k_norm",

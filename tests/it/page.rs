@@ -283,6 +283,28 @@ fn page_quantization_map_shows_a_mixed_mlx_folder() {
 }
 
 #[test]
+fn page_quantization_map_shows_the_kind_of_each_layer() {
+    // Qwen3.5-MoE's GGUF file: three Gated DeltaNet layers (their `ssm_*`, `attn_qkv` and
+    // `attn_gate` as the mixer) and a full-attention one (q, k, v, o), each with a router,
+    // experts and a shared expert.
+    let value = report(&fixtures().join("models/qwen35moe/model-q4_k_m.gguf"), &[]);
+    let cells = value["quant_map"]["cells"].as_array().unwrap();
+    let has = |layer: u64, role: &str| cells.iter().any(|cell| cell["layer"] == layer && cell["role"] == role);
+    for layer in 0..4 {
+        assert_eq!(has(layer, "mixer"), layer < 3, "layer {layer}");
+        assert_eq!(has(layer, "q"), layer == 3, "layer {layer}");
+        for role in ["router", "experts", "shared_expert"] {
+            assert!(has(layer, role), "layer {layer}: {role}");
+        }
+        assert!(!has(layer, "other"), "layer {layer}: every tensor has a role");
+    }
+    // Gemma 4's per-layer embedding inputs.
+    let value = report(&fixtures().join("models/gemma4/model-f32.gguf"), &[]);
+    let cells = value["quant_map"]["cells"].as_array().unwrap();
+    assert!(cells.iter().any(|cell| cell["layer"] == 0 && cell["role"] == "per_layer"));
+}
+
+#[test]
 fn page_json_and_html_carry_the_same_data() {
     let dir = scratch();
     let path = fixtures().join("gpt2-tiny/model.safetensors");
