@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use nnx::gguf::{
-    Array, GgmlTensor, GgufWriter, Metadata, Recipe, TypePlan, Value, ValueType, fallback, ggml_type_of, may_quantize,
+    Array, GgmlTensor, Metadata, PlannedTensor, Recipe, STREAM_WINDOW, TypePlan, Value, ValueType, fallback,
+    ggml_type_of, may_quantize, write_streaming,
 };
 use nnx::quant::ggml::{GgmlType, can_quantize};
 use nnx::{Archive, DType};
-use rayon::prelude::*;
 use serde_json::{Map, Value as Json};
 
 use crate::common::{CliError, progress_bar};
@@ -192,33 +192,7 @@ fn write(
         jobs.push(Job { name, stored, origin, ty, shape: info.shape, bytes: info.bytes as u64 });
     }
     warn_requantizing(&jobs, input, !decoded.is_empty());
-    let total: u64 = jobs.iter().map(|job| job.bytes).sum();
-    let bar = progress_bar(total, "bytes");
-    let tensors: Vec<GgmlTensor> = jobs
-        .par_iter()
-        .map(|&Job { name, stored, ty, bytes, .. }| {
-            let fail = |error: nnx::Error| match expansion(&error) {
-                Some(layout) => CliError(format!(
-                    "cannot write `{name}` of `{}` as {ty}: {layout}: if the copy is meant, convert it to SafeTensors with `nnx convert --allow-expansion` first",
-                    input.display()
-                )),
-                None => CliError(format!("cannot write `{name}` of `{}` as {ty}: {error}", input.display())),
-            };
-            let tensor = if ty == stored {
-                archive.ggml(name).map_err(fail)?
-            } else {
-                let values = archive.try_get(name).and_then(|t| t.to_dtype(DType::F32)).map_err(fail)?;
-                GgmlTensor::quantize(&values, ty).map_err(fail)?
-            };
-            bar.inc(bytes);
-            Ok(tensor)
-        })
-        .collect::<Result<_, CliError>>()?;
-    bar.finish_and_clear();
-
-    let mut writer = GgufWriter::new();
-    let out = writer.metadata_mut();
-    *out = metadata.into_owned();
+    let mut out = metadata.into_owned();
     let split: Vec<String> =
         out.iter().map(|(key, _)| key).filter(|key| key.starts_with("split.")).map(str::to_string).collect();
     for key in split.iter().map(String::as_str).chain([ALIGNMENT]) {
@@ -238,15 +212,52 @@ fn write(
     }
     // Required with quantized tensors; kept where the input had it (llama.cpp's converter
     // writes it for float files too).
-    if tensors.iter().any(|tensor| tensor.ty.is_quantized()) {
+    if jobs.iter().any(|job| job.ty.is_quantized()) {
         out.set(QUANTIZATION_VERSION, Value::U32(2));
     }
-    let mut counts: BTreeMap<GgmlType, usize> = BTreeMap::new();
-    for (job, tensor) in jobs.iter().zip(tensors) {
-        *counts.entry(tensor.ty).or_default() += 1;
-        writer.add(job.name, tensor)?;
+    // Written as made: the header from the plan, then each group of tensors quantized in
+    // parallel and written in order, so that memory holds one group, not the file.
+    let plan: Vec<PlannedTensor> = jobs
+        .iter()
+        .map(|job| PlannedTensor { name: job.name.to_string(), ty: job.ty, shape: job.shape.clone() })
+        .collect();
+    let total: u64 = jobs.iter().map(|job| job.bytes).sum();
+    let bar = progress_bar(total, "bytes");
+    let failure: std::sync::Mutex<Option<CliError>> = std::sync::Mutex::new(None);
+    let make = |at: usize| -> nnx::Result<GgmlTensor> {
+        let Job { name, stored, ty, bytes, .. } = jobs[at];
+        let fail = |error: nnx::Error| {
+            let message = match expansion(&error) {
+                Some(layout) => format!(
+                    "cannot write `{name}` of `{}` as {ty}: {layout}: if the copy is meant, convert it to SafeTensors with `nnx convert --allow-expansion` first",
+                    input.display()
+                ),
+                None => format!("cannot write `{name}` of `{}` as {ty}: {error}", input.display()),
+            };
+            failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(CliError(message));
+            error
+        };
+        let tensor = if ty == stored {
+            archive.ggml(name).map_err(fail)?
+        } else {
+            let values = archive.try_get(name).and_then(|t| t.to_dtype(DType::F32)).map_err(fail)?;
+            GgmlTensor::quantize(&values, ty).map_err(fail)?
+        };
+        bar.inc(bytes);
+        Ok(tensor)
+    };
+    let written = write_streaming(output, &out, None, &plan, STREAM_WINDOW, make);
+    bar.finish_and_clear();
+    if let Err(error) = written {
+        return Err(failure
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(|| error.into()));
     }
-    writer.write(output)?;
+    let mut counts: BTreeMap<GgmlType, usize> = BTreeMap::new();
+    for job in &jobs {
+        *counts.entry(job.ty).or_default() += 1;
+    }
     let counts: Vec<String> = counts.iter().map(|(ty, n)| format!("{n} {ty}")).collect();
     let mut summary = format!(
         "converted {} tensors from {} into {} ({}){}\n",

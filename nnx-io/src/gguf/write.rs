@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use nnx_core::Tensor;
+use nnx_core::quant::ggml::GgmlType;
 
 use super::header::{DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_NAME_BYTES, pad};
 use super::value::{Array, Metadata, Value};
@@ -82,32 +83,11 @@ impl GgufWriter {
     /// bytes that are not the tensor's blocks.
     pub fn add(&mut self, name: impl Into<String>, tensor: GgmlTensor) -> Result<()> {
         let name = name.into();
-        let problem = if name.len() > MAX_NAME_BYTES {
-            Some(GgufProblem::NameTooLong { len: name.len(), name: name.clone() })
-        } else if self.tensors.iter().any(|(other, _)| *other == name) {
-            Some(GgufProblem::DuplicateTensor { name: name.clone() })
-        } else if tensor.shape.len() > MAX_DIMS {
-            Some(GgufProblem::Dims { name: name.clone(), dims: tensor.shape.len() as u32 })
-        } else {
-            let cols = tensor.shape.last().copied().unwrap_or(1);
-            let rows: usize = tensor.shape[..tensor.shape.len().saturating_sub(1)].iter().product();
-            match tensor.ty.row_bytes(cols).and_then(|row| row.checked_mul(rows)) {
-                Some(bytes) if bytes == tensor.data.byte_len() => None,
-                Some(_) | None if !cols.is_multiple_of(tensor.ty.block_size()) => Some(GgufProblem::PartialBlock {
-                    name: name.clone(),
-                    ty: tensor.ty.name(),
-                    row: cols as u64,
-                    block: tensor.ty.block_size(),
-                }),
-                _ => Some(GgufProblem::Overflow {
-                    name: name.clone(),
-                    ne: tensor.shape.iter().rev().map(|&n| n as u64).collect(),
-                }),
-            }
-        };
-        if let Some(problem) = problem {
+        if self.tensors.iter().any(|(other, _)| *other == name) {
+            let problem = GgufProblem::DuplicateTensor { name };
             return Err(Error::Gguf { path: PathBuf::from("the GGUF being written"), problem });
         }
+        check_tensor(&name, tensor.ty, &tensor.shape, Some(tensor.data.byte_len()))?;
         self.tensors.push((name, tensor));
         Ok(())
     }
@@ -178,12 +158,135 @@ impl GgufWriter {
     }
 }
 
-fn write_file(
+/// The bytes of a tensor named `name` of `ty` and `shape`, when they make a GGUF tensor (a
+/// name of at most 63 bytes, at most 4 dimensions, rows of whole blocks) and, where `bytes` is
+/// given, it is that size.
+fn check_tensor(name: &str, ty: GgmlType, shape: &[usize], bytes: Option<usize>) -> Result<u64> {
+    let fail = |problem| Err(Error::Gguf { path: PathBuf::from("the GGUF being written"), problem });
+    if name.len() > MAX_NAME_BYTES {
+        return fail(GgufProblem::NameTooLong { len: name.len(), name: name.to_string() });
+    }
+    if shape.len() > MAX_DIMS {
+        return fail(GgufProblem::Dims { name: name.to_string(), dims: shape.len() as u32 });
+    }
+    let cols = shape.last().copied().unwrap_or(1);
+    let rows = shape[..shape.len().saturating_sub(1)].iter().try_fold(1usize, |rows, &n| rows.checked_mul(n));
+    match ty.row_bytes(cols).zip(rows).and_then(|(row, rows)| row.checked_mul(rows)) {
+        Some(size) if bytes.is_none_or(|bytes| bytes == size) => Ok(size as u64),
+        Some(_) | None if !cols.is_multiple_of(ty.block_size()) => fail(GgufProblem::PartialBlock {
+            name: name.to_string(),
+            ty: ty.name(),
+            row: cols as u64,
+            block: ty.block_size(),
+        }),
+        _ => {
+            fail(GgufProblem::Overflow { name: name.to_string(), ne: shape.iter().rev().map(|&n| n as u64).collect() })
+        }
+    }
+}
+
+/// One tensor of a GGUF file written as it is made ([`write_streaming`]): its name, ggml type
+/// and shape, from which the header is written before any tensor exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedTensor {
+    /// The name.
+    pub name: String,
+    /// The ggml type it is written as.
+    pub ty: GgmlType,
+    /// The shape, outermost first.
+    pub shape: Vec<usize>,
+}
+
+/// The most bytes of made tensors [`write_streaming`] holds at once beside the one being
+/// written: tensors are made in parallel in groups of about this size, then written in order
+/// and dropped.
+pub const STREAM_WINDOW: u64 = 256 << 20;
+
+/// Writes a GGUF file at `path` (replacing it atomically) of `metadata` and the tensors of
+/// `plan`, in order, each made by `make(index)` only when its group comes: the header is
+/// written first from the planned types and shapes, then the tensors are made by rayon's
+/// threads in groups of at most `window` bytes ([`STREAM_WINDOW`] is a good one; one tensor
+/// alone where it is larger) and written. Memory is bounded by one group, whatever the file's size. The bytes are those
+/// of [`GgufWriter::write`] with the same tensors.
+///
+/// # Errors
+/// [`Error::Gguf`] for a plan that does not make a GGUF file (as [`GgufWriter::add`]) or a made
+/// tensor whose type, shape or size is not its plan's; the errors of `make`; [`Error::Io`]
+/// when the file cannot be written. The target is then unchanged.
+pub fn write_streaming(
     path: &Path,
     metadata: &Metadata,
-    tensors: &[&(String, GgmlTensor)],
     alignment: Option<u32>,
+    plan: &[PlannedTensor],
+    window: u64,
+    make: impl Fn(usize) -> Result<GgmlTensor> + Sync,
 ) -> Result<()> {
+    use rayon::prelude::*;
+    let mut seen = std::collections::HashSet::new();
+    let mut sizes = Vec::with_capacity(plan.len());
+    for tensor in plan {
+        if !seen.insert(tensor.name.as_str()) {
+            let problem = GgufProblem::DuplicateTensor { name: tensor.name.clone() };
+            return Err(Error::Gguf { path: PathBuf::from("the GGUF being written"), problem });
+        }
+        sizes.push(check_tensor(&tensor.name, tensor.ty, &tensor.shape, None)?);
+    }
+    let infos: Vec<(&str, GgmlType, &[usize], u64)> = plan
+        .iter()
+        .zip(&sizes)
+        .map(|(tensor, &size)| (tensor.name.as_str(), tensor.ty, tensor.shape.as_slice(), size))
+        .collect();
+    let (head, alignment) = header(metadata, &infos, alignment)?;
+    fs::write_atomic_with(path, |out: &mut dyn Write| {
+        out.write_all(&head).map_err(Error::io("write", path))?;
+        let mut written = 0u64;
+        let mut start = 0;
+        while start < plan.len() {
+            let mut end = start + 1;
+            let mut bytes = sizes[start];
+            while end < plan.len() && bytes + sizes[end] <= window {
+                bytes += sizes[end];
+                end += 1;
+            }
+            let made: Vec<GgmlTensor> = (start..end).into_par_iter().map(&make).collect::<Result<_>>()?;
+            for (at, tensor) in (start..end).zip(made) {
+                let planned = &plan[at];
+                if tensor.ty != planned.ty
+                    || tensor.shape != planned.shape
+                    || tensor.data.byte_len() as u64 != sizes[at]
+                {
+                    return Err(Error::Gguf {
+                        path: path.to_path_buf(),
+                        problem: GgufProblem::Overflow {
+                            name: planned.name.clone(),
+                            ne: tensor.shape.iter().rev().map(|&n| n as u64).collect(),
+                        },
+                    });
+                }
+                let data = tensor.bytes().map_err(|source| Error::Data {
+                    path: path.to_path_buf(),
+                    name: planned.name.clone(),
+                    source: Box::new(source),
+                })?;
+                out.write_all(&data).map_err(Error::io("write", path))?;
+                written += data.len() as u64;
+                let padded = pad(written, alignment).expect("sizes checked to fit");
+                out.write_all(&vec![0u8; (padded - written) as usize]).map_err(Error::io("write", path))?;
+                written = padded;
+            }
+            start = end;
+        }
+        Ok(())
+    })
+}
+
+/// The header of a GGUF file of `metadata` and tensors `(name, type, shape, bytes)`, padded to
+/// where the data starts, and the alignment of the data.
+fn header(
+    metadata: &Metadata,
+    tensors: &[(&str, GgmlType, &[usize], u64)],
+    alignment: Option<u32>,
+) -> Result<(Vec<u8>, u64)> {
     // `general.alignment` is written from `alignment` alone, last, as `Metadata::set` would
     // place it; the rest is written as it is, not copied (a vocabulary can be most of a file).
     let aligned = alignment.filter(|&a| u64::from(a) != DEFAULT_ALIGNMENT).map(Value::U32);
@@ -200,18 +303,38 @@ fn write_file(
         put_value(&mut head, value);
     }
     let mut offset = 0u64;
-    for (name, tensor) in tensors {
+    for &(name, ty, shape, bytes) in tensors {
         put_string(&mut head, name);
-        head.extend_from_slice(&(tensor.shape.len() as u32).to_le_bytes());
-        for &n in tensor.shape.iter().rev() {
+        head.extend_from_slice(&(shape.len() as u32).to_le_bytes());
+        for &n in shape.iter().rev() {
             head.extend_from_slice(&(n as u64).to_le_bytes());
         }
-        head.extend_from_slice(&tensor.ty.id().to_le_bytes());
+        head.extend_from_slice(&ty.id().to_le_bytes());
         head.extend_from_slice(&offset.to_le_bytes());
-        offset = pad(offset + tensor.data.byte_len() as u64, alignment).expect("sizes of tensors in memory fit");
+        offset = offset.checked_add(bytes).and_then(|end| pad(end, alignment)).ok_or_else(|| Error::Gguf {
+            path: PathBuf::from("the GGUF being written"),
+            problem: GgufProblem::Overflow {
+                name: name.to_string(),
+                ne: shape.iter().rev().map(|&n| n as u64).collect(),
+            },
+        })?;
     }
     let data_start = pad(head.len() as u64, alignment).expect("a header in memory fits");
     head.resize(data_start as usize, 0);
+    Ok((head, alignment))
+}
+
+fn write_file(
+    path: &Path,
+    metadata: &Metadata,
+    tensors: &[&(String, GgmlTensor)],
+    alignment: Option<u32>,
+) -> Result<()> {
+    let infos: Vec<(&str, GgmlType, &[usize], u64)> = tensors
+        .iter()
+        .map(|(name, tensor)| (name.as_str(), tensor.ty, tensor.shape.as_slice(), tensor.data.byte_len() as u64))
+        .collect();
+    let (head, alignment) = header(metadata, &infos, alignment)?;
     fs::write_atomic_with(path, |out: &mut dyn Write| {
         out.write_all(&head).map_err(Error::io("write", path))?;
         let mut written = 0u64;
@@ -278,5 +401,42 @@ fn put_array(out: &mut Vec<u8>, array: &Array) {
         Array::U64(v) => numbers!(v),
         Array::I64(v) => numbers!(v),
         Array::F64(v) => numbers!(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(at: usize) -> GgmlTensor {
+        let values: Vec<f32> = (0..64 * (at + 1)).map(|v| (v as f32 * 0.37 + at as f32).sin()).collect();
+        let values = Tensor::from_vec(values, &[at + 1, 64]).unwrap();
+        let ty = if at.is_multiple_of(2) { GgmlType::Q8_0 } else { GgmlType::F32 };
+        GgmlTensor::quantize(&values, ty).unwrap()
+    }
+
+    #[test]
+    fn a_streamed_file_is_the_written_one_byte_for_byte() {
+        let dir = std::env::temp_dir().join(format!("nnx-stream-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut writer = GgufWriter::new();
+        writer.metadata_mut().set("general.architecture", Value::String("nnx".into()));
+        let plan: Vec<PlannedTensor> = (0..9)
+            .map(|at| {
+                let made = tensor(at);
+                writer.add(format!("t{at}"), made.clone()).unwrap();
+                PlannedTensor { name: format!("t{at}"), ty: made.ty, shape: made.shape }
+            })
+            .collect();
+        writer.write(dir.join("whole.gguf")).unwrap();
+        // Groups of about 600 bytes: several tensors a group, and groups of one.
+        write_streaming(&dir.join("streamed.gguf"), writer.metadata(), None, &plan, 600, |at| Ok(tensor(at))).unwrap();
+        assert_eq!(std::fs::read(dir.join("whole.gguf")).unwrap(), std::fs::read(dir.join("streamed.gguf")).unwrap());
+        // A made tensor that is not its plan fails the write and leaves the target as it was.
+        let wrong =
+            write_streaming(&dir.join("streamed.gguf"), writer.metadata(), None, &plan, 600, |at| Ok(tensor(at ^ 1)));
+        assert!(wrong.is_err());
+        assert_eq!(std::fs::read(dir.join("whole.gguf")).unwrap(), std::fs::read(dir.join("streamed.gguf")).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
