@@ -243,6 +243,11 @@ fn write(
             let values = archive.try_get(name).and_then(|t| t.to_dtype(DType::F32)).map_err(fail)?;
             GgmlTensor::quantize(&values, ty).map_err(fail)?
         };
+        // Done with the input's pages: resident memory stays at the tensors in hand. (A tensor
+        // kept as stored is a view of them, read again as it is written.)
+        if ty != stored {
+            archive.release(name);
+        }
         bar.inc(bytes);
         Ok(tensor)
     };

@@ -339,6 +339,16 @@ impl Archive {
         self.locate(name)?.ok_or_else(|| self.no_entry(name))
     }
 
+    /// Lets the kernel drop entry `name`'s pages from the process's resident memory, where it
+    /// lies in a mapped file (they are read from the file again if used later): a writer done
+    /// with an entry keeps resident memory at what it still reads. Nothing for entries held in
+    /// memory, or names the archive lacks.
+    pub fn release(&self, name: &str) {
+        if let Ok(Some((source, at))) = self.locate(name) {
+            source.release(at);
+        }
+    }
+
     /// The entry `name` as stored: over the mapped file when possible. `None` when there is no
     /// such entry or it cannot be read; [`Archive::try_get`] says why.
     pub fn get(&self, name: &str) -> Option<Tensor> {

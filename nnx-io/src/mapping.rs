@@ -33,6 +33,27 @@ impl Mapping {
     pub(crate) fn advise(&self, advice: memmap2::Advice) {
         let _ = self.map.advise(advice);
     }
+
+    /// Lets the kernel drop the pages of bytes `[start, start + len)` from the process's
+    /// resident memory (they are read from the file again if used later): a conversion that
+    /// is done with a tensor keeps its resident memory at what it still reads.
+    #[cfg(unix)]
+    pub(crate) fn release(&self, start: usize, len: usize) {
+        if len == 0 || start.checked_add(len).is_none_or(|end| end > self.map.len()) {
+            return;
+        }
+        // SAFETY: the range lies inside the mapping (checked above; memmap2 widens it to whole
+        // pages, still inside the mapping). The mapping is read-only and backed by the file,
+        // never written by nnx (see `new`), so dropping its pages loses nothing: the next read
+        // of any byte faults the page in again from the file with the same contents, and every
+        // reference into the mapping stays valid. The result is ignored: a refusal keeps the
+        // pages, which changes nothing either.
+        let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len) };
+    }
+
+    /// Elsewhere nothing is dropped.
+    #[cfg(not(unix))]
+    pub(crate) fn release(&self, _start: usize, _len: usize) {}
 }
 
 // SAFETY: `map` is a read-only mapping created once in `new` and never remapped, so `bytes`

@@ -94,6 +94,10 @@ pub(crate) trait Source: Send + Sync {
         None
     }
 
+    /// Drops entry `at`'s mapped pages from resident memory, where the source maps a file;
+    /// nothing otherwise.
+    fn release(&self, _at: usize) {}
+
     /// The byte ranges of the file that hold box `boxed` of entry `at` (one `(start, len)` per
     /// axis; the whole entry for `None`), in the order of its values, and the shape of what
     /// they hold: the box, or the whole entry when its values cannot be cut at a byte

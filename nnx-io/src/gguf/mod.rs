@@ -232,6 +232,12 @@ impl Source for GgufFile {
         Some(self.header.location(&self.path, at))
     }
 
+    fn release(&self, at: usize) {
+        if let Some(location) = self.location(at) {
+            self.mapping.release(location.file_offset, self.stored_bytes(at));
+        }
+    }
+
     fn stored_bytes(&self, at: usize) -> usize {
         self.header.tensors[at].bytes as usize
     }

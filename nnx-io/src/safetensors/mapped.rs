@@ -96,6 +96,12 @@ impl Source for MappedFile {
         Some(EntryLocation { path: self.path.clone(), data_offsets: (entry.begin, entry.end), file_offset })
     }
 
+    fn release(&self, at: usize) {
+        if let Some(location) = self.location(at) {
+            self.mapping.release(location.file_offset, self.stored_bytes(at));
+        }
+    }
+
     fn stored_bytes(&self, at: usize) -> usize {
         self.entry_bytes(at).len()
     }
