@@ -78,6 +78,9 @@ pub struct GgmlTensor {
     pub data: Tensor,
 }
 
+/// Values widened to f32 at a time by [`GgmlTensor::quantize`] (per thread): 4 MiB.
+const QUANTIZE_CHUNK_VALUES: usize = 1 << 20;
+
 impl GgmlTensor {
     /// Packs floats as `ty` (a type [`nnx_core::quant::ggml::can_quantize`] takes), rows along
     /// the last axis.
@@ -87,16 +90,32 @@ impl GgmlTensor {
     /// [`Error::GgmlUnsupported`] for a type nnx does not quantize to, and the errors of
     /// reading `tensor` as f32.
     pub fn quantize(tensor: &Tensor, ty: GgmlType) -> Result<GgmlTensor> {
+        use rayon::prelude::*;
         // Within the view's expansion limit: a view read from a file may repeat a few bytes
         // into gigabytes.
-        let values = tensor.to_dtype(DType::F32)?.contiguous_within(tensor.expansion_limit())?;
-        let values = values.as_slice::<f32>()?.unwrap_or_default();
-        let bytes = packed_len(ty, tensor.shape())?;
+        tensor.check_expansion(tensor.expansion_limit())?;
+        let shape = tensor.shape().to_vec();
+        let bytes = packed_len(ty, &shape)?;
         let mut out = vec![0u8; bytes];
-        if !values.is_empty() {
-            nnx_core::quant::ggml::quantize_row(ty, values, &mut out)?;
+        let (count, cols) = (shape.iter().product::<usize>(), shape.last().copied().unwrap_or(1).max(1));
+        if count > 0 {
+            // A few rows at a time, widened to f32 on the way: never the whole tensor in f32
+            // (a 500 MB BF16 tensor would take 1 GB). Rows are whole blocks, so the bytes are
+            // those of one pass over all the values.
+            let rows = count / cols;
+            let flat = match tensor.reshape(&[rows, cols]) {
+                Ok(flat) => flat,
+                Err(_) => tensor.contiguous_within(tensor.expansion_limit())?.reshape(&[rows, cols])?,
+            };
+            let row_bytes = bytes / rows;
+            let per_chunk = (QUANTIZE_CHUNK_VALUES / cols).max(1);
+            out.par_chunks_mut(per_chunk * row_bytes).enumerate().try_for_each(|(at, dst)| -> Result<()> {
+                let part = flat.narrow(0, at * per_chunk, dst.len() / row_bytes)?.to_dtype(DType::F32)?.contiguous();
+                nnx_core::quant::ggml::quantize_row(ty, part.as_slice::<f32>()?.unwrap_or_default(), dst)?;
+                Ok(())
+            })?;
         }
-        Ok(GgmlTensor { ty, shape: tensor.shape().to_vec(), data: Tensor::from_vec(out, &[bytes])? })
+        Ok(GgmlTensor { ty, shape, data: Tensor::from_vec(out, &[bytes])? })
     }
 
     /// The values decoded to f32 with the shape, bit-exact with ggml.
