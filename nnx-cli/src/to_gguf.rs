@@ -11,12 +11,12 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use nnx::Archive;
 use nnx::gguf::{
     Array, GgmlTensor, Metadata, PlannedTensor, Recipe, STREAM_WINDOW, TypePlan, Value, ValueType, fallback,
     ggml_type_of, may_quantize, write_streaming,
 };
 use nnx::quant::ggml::{GgmlType, can_quantize};
-use nnx::{Archive, DType};
 use serde_json::{Map, Value as Json};
 
 use crate::common::{CliError, progress_bar};
@@ -219,7 +219,12 @@ fn write(
     // parallel and written in order, so that memory holds one group, not the file.
     let plan: Vec<PlannedTensor> = jobs
         .iter()
-        .map(|job| PlannedTensor { name: job.name.to_string(), ty: job.ty, shape: job.shape.clone() })
+        .map(|job| PlannedTensor {
+            name: job.name.to_string(),
+            ty: job.ty,
+            shape: job.shape.clone(),
+            reads: if job.ty == job.stored { 0 } else { job.bytes },
+        })
         .collect();
     let total: u64 = jobs.iter().map(|job| job.bytes).sum();
     let bar = progress_bar(total, "bytes");
@@ -240,7 +245,8 @@ fn write(
         let tensor = if ty == stored {
             archive.ggml(name).map_err(fail)?
         } else {
-            let values = archive.try_get(name).and_then(|t| t.to_dtype(DType::F32)).map_err(fail)?;
+            // Widened to f32 a few rows at a time by the quantizer, not here as a whole.
+            let values = archive.try_get(name).map_err(fail)?;
             GgmlTensor::quantize(&values, ty).map_err(fail)?
         };
         // Done with the input's pages: resident memory stays at the tensors in hand. (A tensor

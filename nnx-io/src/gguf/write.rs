@@ -195,6 +195,9 @@ pub struct PlannedTensor {
     pub ty: GgmlType,
     /// The shape, outermost first.
     pub shape: Vec<usize>,
+    /// The bytes making it reads (an input tensor it is quantized from, whose pages stay
+    /// resident while it is made), counted against the window beside its own; 0 for none.
+    pub reads: u64,
 }
 
 /// The most bytes of made tensors [`write_streaming`] holds at once beside the one being
@@ -205,8 +208,8 @@ pub const STREAM_WINDOW: u64 = 256 << 20;
 /// Writes a GGUF file at `path` (replacing it atomically) of `metadata` and the tensors of
 /// `plan`, in order, each made by `make(index)` only when its group comes: the header is
 /// written first from the planned types and shapes, then the tensors are made by rayon's
-/// threads in groups of at most `window` bytes ([`STREAM_WINDOW`] is a good one; one tensor
-/// alone where it is larger) and written. Memory is bounded by one group, whatever the file's size. The bytes are those
+/// threads in groups of at most `window` bytes read and made ([`STREAM_WINDOW`] is a good one;
+/// one tensor alone where it is larger) and written. Memory is bounded by one group, whatever the file's size. The bytes are those
 /// of [`GgufWriter::write`] with the same tensors.
 ///
 /// # Errors
@@ -242,10 +245,12 @@ pub fn write_streaming(
         let mut written = 0u64;
         let mut start = 0;
         while start < plan.len() {
+            // A group's cost: what its tensors read while they are made, and what they make.
+            let cost = |at: usize| sizes[at].saturating_add(plan[at].reads);
             let mut end = start + 1;
-            let mut bytes = sizes[start];
-            while end < plan.len() && bytes + sizes[end] <= window {
-                bytes += sizes[end];
+            let mut bytes = cost(start);
+            while end < plan.len() && bytes.saturating_add(cost(end)) <= window {
+                bytes += cost(end);
                 end += 1;
             }
             let made: Vec<GgmlTensor> = (start..end).into_par_iter().map(&make).collect::<Result<_>>()?;
@@ -425,7 +430,7 @@ mod tests {
             .map(|at| {
                 let made = tensor(at);
                 writer.add(format!("t{at}"), made.clone()).unwrap();
-                PlannedTensor { name: format!("t{at}"), ty: made.ty, shape: made.shape }
+                PlannedTensor { name: format!("t{at}"), ty: made.ty, shape: made.shape, reads: 0 }
             })
             .collect();
         writer.write(dir.join("whole.gguf")).unwrap();
