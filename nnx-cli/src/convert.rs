@@ -29,8 +29,11 @@ pub struct Args {
     #[arg(long)]
     page_align: bool,
     /// Write a sharded folder with shards of at most this size: bytes (`1000000`) or a
-    /// size with a unit (`500MB`, `2GB`, `10GiB`).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    /// size with a unit (`500MB`, `2GB`, `10GiB`). For a `.gguf` output (also spelled
+    /// `--split-max-size`, as llama.cpp's tools take it): shards `OUT-00001-of-0000N.gguf`
+    /// beside `OUT.gguf` with llama.cpp's `split.*` keys, each holding at most this many bytes
+    /// of tensor data.
+    #[arg(long, visible_alias = "split-max-size", value_name = "SIZE", value_parser = parse_size)]
     max_shard_size: Option<u64>,
     /// Keep only the entries named PREFIX or PREFIX.*; their names are kept whole.
     #[arg(long, value_name = "PREFIX")]
@@ -182,14 +185,13 @@ pub fn run(args: Args) -> Result<String, CliError> {
             Some(if pure { recipe.pure() } else { recipe })
         }
     };
-    if gguf
-        && let Some(summary) = crate::to_gguf::convert_folder(&args.input, &args.output, recipe, &args.tensor_types)?
-    {
+    let target = crate::to_gguf::Output { path: &args.output, split: args.max_shard_size };
+    if gguf && let Some(summary) = crate::to_gguf::convert_folder(&args.input, target, recipe, &args.tensor_types)? {
         return Ok(summary);
     }
-    let (input, archive) = open_archive(args.input)?;
+    let (input, archive) = open_archive(args.input.clone())?;
     if gguf {
-        return crate::to_gguf::convert(&archive, &input, &args.output, recipe, &args.tensor_types);
+        return crate::to_gguf::convert(&archive, &input, target, recipe, &args.tensor_types);
     }
     convert(archive, &input, &args.output, &options)
 }

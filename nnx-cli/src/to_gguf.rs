@@ -13,8 +13,8 @@ use std::path::Path;
 
 use nnx::Archive;
 use nnx::gguf::{
-    Array, GgmlTensor, Metadata, PlannedTensor, Recipe, STREAM_WINDOW, TypePlan, Value, ValueType, fallback,
-    ggml_type_of, may_quantize, write_streaming,
+    Array, GgmlTensor, Metadata, PlannedTensor, Recipe, STREAM_WINDOW, Shards, TypePlan, Value, ValueType, fallback,
+    ggml_type_of, may_quantize, write_streaming, write_streaming_split,
 };
 use nnx::quant::ggml::{GgmlType, can_quantize};
 use serde_json::{Map, Value as Json};
@@ -37,6 +37,17 @@ const ALIGNMENT: &str = "general.alignment";
 
 /// The type `--type` stands for when it is not given (and the input carries no types).
 const DEFAULT_TYPE: GgmlType = GgmlType::F16;
+
+/// Where the GGUF output goes: one file, or with `split` shards of at most that many bytes of
+/// tensor data named `STEM-00001-of-0000N.gguf` beside it, as llama.cpp's `--split-max-size`
+/// names them.
+#[derive(Clone, Copy)]
+pub struct Output<'a> {
+    /// The `.gguf` file named on the command line.
+    pub path: &'a Path,
+    /// The most tensor bytes a shard holds.
+    pub split: Option<u64>,
+}
 
 /// Parses a `--tensor-type PATTERN=TYPE` override.
 pub fn parse_override(text: &str) -> Result<(String, GgmlType), String> {
@@ -69,7 +80,7 @@ enum Choice<'a> {
 pub fn convert(
     archive: &Archive,
     input: &Path,
-    output: &Path,
+    output: Output<'_>,
     recipe: Option<Recipe>,
     overrides: &[(String, GgmlType)],
 ) -> Result<String, CliError> {
@@ -100,7 +111,7 @@ pub fn convert(
 /// does (see [`nnx::models::gguf`]); `None` for other inputs.
 pub fn convert_folder(
     input: &Path,
-    output: &Path,
+    output: Output<'_>,
     recipe: Option<Recipe>,
     overrides: &[(String, GgmlType)],
 ) -> Result<Option<String>, CliError> {
@@ -133,7 +144,7 @@ fn write(
     metadata: Cow<'_, Metadata>,
     decoded: &BTreeMap<String, GgmlType>,
     input: &Path,
-    output: &Path,
+    output: Output<'_>,
     choice: Choice<'_>,
     overrides: &[(String, GgmlType)],
 ) -> Result<String, CliError> {
@@ -257,7 +268,23 @@ fn write(
         bar.inc(bytes);
         Ok(tensor)
     };
-    let written = write_streaming(output, &out, None, &plan, STREAM_WINDOW, make);
+    let (written, target) = match output.split {
+        None => {
+            (write_streaming(output.path, &out, None, &plan, STREAM_WINDOW, make), output.path.display().to_string())
+        }
+        Some(max_bytes) => {
+            let dir = output.path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let base = output.path.file_stem().map_or_else(|| "model".into(), |stem| stem.to_string_lossy());
+            let shards = Shards { dir, base: &base, max_bytes };
+            match write_streaming_split(shards, &out, None, &plan, STREAM_WINDOW, make) {
+                Ok(paths) => {
+                    let first = paths.first().map(|path| path.display().to_string()).unwrap_or_default();
+                    (Ok(()), format!("{} shards ({first} ...)", paths.len()))
+                }
+                Err(error) => (Err(error), String::new()),
+            }
+        }
+    };
     bar.finish_and_clear();
     if let Err(error) = written {
         return Err(failure
@@ -274,7 +301,7 @@ fn write(
         "converted {} tensors from {} into {} ({}){}\n",
         names.len(),
         input.display(),
-        output.display(),
+        target,
         counts.join(", "),
         growth(&jobs)
     );

@@ -700,6 +700,55 @@ fn moe_hybrid_and_gemma4_files_convert_as_llama_quantize_does() {
     }
 }
 
+/// `--split-max-size` writes the shards as they are made: llama.cpp's names and `split.*` keys,
+/// no shard over the size but for a tensor larger than it, and the set opens as the one file
+/// llama-quantize writes, tensor for tensor.
+#[test]
+fn a_split_conversion_is_llama_quantizes_file_in_shards() {
+    let dir = scratch();
+    let folder = crate::util::fixtures().join("models/qwen3moe");
+    let input = folder.join("model-f32.gguf");
+    let output = dir.path().join("moe.gguf");
+    let args = [
+        "convert".as_ref(),
+        input.as_os_str(),
+        output.as_os_str(),
+        "--type".as_ref(),
+        "q8_0".as_ref(),
+        "--split-max-size".as_ref(),
+        "60KB".as_ref(),
+    ];
+    let (code, stdout, stderr) = crate::util::run_nnx(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!output.exists(), "shards only: {stdout}");
+    let mut shards: Vec<std::path::PathBuf> =
+        std::fs::read_dir(dir.path()).unwrap().map(|entry| entry.unwrap().path()).collect();
+    shards.sort();
+    let count = shards.len();
+    assert!(count >= 4, "{count} shards: {stdout}");
+    for (at, shard) in shards.iter().enumerate() {
+        let name = shard.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(name, format!("moe-{:05}-of-{count:05}.gguf", at + 1));
+        // Each shard as the reference package reads it.
+        let one = python("read", shard);
+        let keys = one["metadata"].as_object().unwrap();
+        assert_eq!(keys["split.no"]["value"], at, "{name}");
+        assert_eq!(keys["split.count"]["value"], count, "{name}");
+        let tensors = one["tensors"].as_object().unwrap();
+        let data: u64 = tensors.values().map(|info| info["bytes"].as_u64().unwrap()).sum();
+        assert!(data <= 60_000 || tensors.len() == 1, "{name}: {data} bytes");
+        // The model's keys go with the first shard only, as llama.cpp writes them.
+        assert_eq!(keys.contains_key("general.architecture"), at == 0, "{name}");
+    }
+    let ours = Archive::open(&shards[0]).unwrap();
+    let theirs = Archive::open(folder.join("model-q8_0.gguf")).unwrap();
+    assert_eq!(ours.len(), theirs.len());
+    for name in theirs.names() {
+        let (a, b) = (ours.ggml(name).unwrap(), theirs.ggml(name).unwrap());
+        assert_eq!((a.ty, fnv1a(&a.bytes().unwrap())), (b.ty, fnv1a(&b.bytes().unwrap())), "{name}");
+    }
+}
+
 #[test]
 fn qwen35_and_gemma4_folders_convert_to_the_gguf_files_llama_cpps_converter_writes() {
     // Names, shapes and values of every tensor (Qwen3.5's `1 + w` norms, `-exp(A_log)`, tiled

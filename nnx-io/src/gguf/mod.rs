@@ -26,7 +26,9 @@ use nnx_core::{ByteSource, DType, Tensor};
 pub use header::{DEFAULT_ALIGNMENT, MAX_DIMS, MAX_NAME_BYTES, TensorInfo};
 pub use mixture::{Mixture, Recipe, TypePlan, fallback, may_quantize};
 pub use value::{Array, Metadata, Value, ValueType};
-pub use write::{GgufWriter, PlannedTensor, STREAM_WINDOW, shard_file_name, write_streaming};
+pub use write::{
+    GgufWriter, PlannedTensor, STREAM_WINDOW, Shards, shard_file_name, write_streaming, write_streaming_split,
+};
 
 use crate::archive::{Archive, EntryLocation};
 use crate::error::{Error, GgufProblem, Result};

@@ -285,6 +285,63 @@ pub fn write_streaming(
     })
 }
 
+/// Where [`write_streaming_split`] writes its shards and how large they get.
+#[derive(Clone, Copy, Debug)]
+pub struct Shards<'a> {
+    /// The folder.
+    pub dir: &'a Path,
+    /// The base of the names: `BASE-00001-of-0000N.gguf`.
+    pub base: &'a str,
+    /// The bytes of tensor data a shard holds at most (a tensor larger than that gets a shard
+    /// of its own).
+    pub max_bytes: u64,
+}
+
+/// [`write_streaming`] into shards, named as llama.cpp names them with its `split.*` keys and
+/// the metadata in the first shard, as [`GgufWriter::write_split`] writes them: the same bytes.
+/// Each shard is written as its tensors are made.
+///
+/// # Errors
+/// As [`write_streaming`], for the first shard that fails; the shards written before it stay.
+pub fn write_streaming_split(
+    shards: Shards<'_>,
+    metadata: &Metadata,
+    alignment: Option<u32>,
+    plan: &[PlannedTensor],
+    window: u64,
+    make: impl Fn(usize) -> Result<GgmlTensor> + Sync,
+) -> Result<Vec<PathBuf>> {
+    // Each shard's first tensor and the one after its last.
+    let mut cuts: Vec<(usize, usize)> = Vec::new();
+    let mut bytes = 0u64;
+    for (at, tensor) in plan.iter().enumerate() {
+        let size = check_tensor(&tensor.name, tensor.ty, &tensor.shape, None)?;
+        match cuts.last_mut() {
+            Some(last) if bytes.saturating_add(size) <= shards.max_bytes => last.1 = at + 1,
+            _ => {
+                cuts.push((at, at + 1));
+                bytes = 0;
+            }
+        }
+        bytes = bytes.saturating_add(size);
+    }
+    if cuts.is_empty() {
+        cuts.push((0, 0));
+    }
+    let total = cuts.len();
+    let mut paths = Vec::with_capacity(total);
+    for (index, (first, end)) in cuts.into_iter().enumerate() {
+        let mut keys = if index == 0 { metadata.clone() } else { Metadata::new() };
+        keys.set("split.no", Value::U16(index as u16));
+        keys.set("split.count", Value::U16(total as u16));
+        keys.set("split.tensors.count", Value::I32(plan.len() as i32));
+        let path = shards.dir.join(shard_file_name(shards.base, index + 1, total));
+        write_streaming(&path, &keys, alignment, &plan[first..end], window, |at| make(first + at))?;
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
 /// The header of a GGUF file of `metadata` and tensors `(name, type, shape, bytes)`, padded to
 /// where the data starts, and the alignment of the data.
 fn header(
@@ -442,6 +499,22 @@ mod tests {
             write_streaming(&dir.join("streamed.gguf"), writer.metadata(), None, &plan, 600, |at| Ok(tensor(at ^ 1)));
         assert!(wrong.is_err());
         assert_eq!(std::fs::read(dir.join("whole.gguf")).unwrap(), std::fs::read(dir.join("streamed.gguf")).unwrap());
+        // Split: the shards of `write_split`, byte for byte.
+        let whole = writer.write_split(&dir, "whole", usize::MAX, 1500).unwrap();
+        let streamed = write_streaming_split(
+            Shards { dir: &dir, base: "streamed", max_bytes: 1500 },
+            writer.metadata(),
+            None,
+            &plan,
+            600,
+            |at| Ok(tensor(at)),
+        )
+        .unwrap();
+        assert!(whole.len() > 2, "several shards");
+        assert_eq!(whole.len(), streamed.len());
+        for (a, b) in whole.iter().zip(&streamed) {
+            assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
