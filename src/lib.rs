@@ -72,6 +72,8 @@ pub use nnx_io::adapter;
 pub use nnx_io::config;
 pub use nnx_io::gguf;
 pub use nnx_io::hub;
+/// Checkpoints published quantized (FP8, NVFP4, MXFP4, INT4, GPTQ, AWQ) read as float weights.
+pub use nnx_io::published;
 /// Archives in object stores and on the Hub: [`Archive::open`] takes their URLs.
 #[cfg(feature = "remote")]
 pub use nnx_io::remote;

@@ -34,7 +34,8 @@ pub fn open_archive(path: PathBuf) -> Result<(PathBuf, Archive), CliError> {
         }
     }
     let path = local(path)?;
-    let archive = Archive::open(&path)?;
+    // A checkpoint published quantized (FP8, GPTQ, ...) reads as the float weights it stands for.
+    let archive = nnx::published::open(&path)?;
     Ok((path, archive))
 }
 

@@ -328,6 +328,11 @@ fn human_bytes(bytes: usize) -> String {
 
 /// The dtype of an entry, or the ggml type it is stored as in a GGUF file.
 fn dtype_column(archive: &Archive, entry: &EntryInfo) -> String {
+    if let Some(encoding) = archive.encoding(&entry.name) {
+        // Decoded when read (a published checkpoint's FP8 or GPTQ weight): the scheme, then
+        // the dtype it reads as.
+        return format!("{encoding} -> {}", entry.dtype);
+    }
     archive.ggml_type(&entry.name).map_or_else(|| entry.dtype.to_string(), |ty| ty.name().to_string())
 }
 

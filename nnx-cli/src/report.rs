@@ -391,7 +391,9 @@ fn entries(archive: &Archive, folder: Option<&QuantizedFolder>) -> Result<Vec<En
                 (Some((main, ty, values)), _) if main == name => (ty.clone(), *values, None),
                 (Some((main, ty, _)), _) => (ty.clone(), 0, Some(main.clone())),
                 (None, Some(ggml)) => (ggml.name().to_string(), values, None),
-                (None, None) => (info.dtype.to_string(), values, None),
+                // A published checkpoint's weight, decoded when read: named by its scheme, its
+                // bytes those of its streams.
+                (None, None) => (archive.encoding(name).unwrap_or_else(|| info.dtype.to_string()), values, None),
             };
             let (layer, rest) = split_layer(part_of.as_deref().unwrap_or(name));
             let role = role(layer.is_some(), &rest, gemma_norms);

@@ -200,6 +200,39 @@ impl Archive {
         }
     }
 
+    /// Adds entry `name` of `from` under the name `new`, read from where `from` reads it:
+    /// nothing is read or copied, and [`Archive::release`] of it releases `from`'s pages.
+    ///
+    /// # Errors
+    /// [`Error::NoEntry`] when `from` has no entry `name`.
+    pub fn insert_entry(&mut self, new: impl Into<String>, from: &Archive, name: &str) -> Result<()> {
+        let slot = from.slots.get(name).ok_or_else(|| from.no_entry(name))?.clone();
+        let new = new.into();
+        if self.slots.insert(new.clone(), slot).is_none() {
+            self.names.push(new);
+        }
+        Ok(())
+    }
+
+    /// Adds entry `name` of `dtype` and `shape`, made by `make` from the entries `reads` of
+    /// `from` only when it is read (a transposed or permuted copy, say), so that an archive of
+    /// many such entries holds none of them until each is used; [`Archive::release`] of it
+    /// releases the pages of `reads`.
+    pub fn insert_derived(
+        &mut self,
+        name: impl Into<String>,
+        (dtype, shape): (DType, Vec<usize>),
+        from: &Archive,
+        reads: Vec<String>,
+        make: impl Fn(&Archive) -> Result<Tensor> + Send + Sync + 'static,
+    ) {
+        let name = name.into();
+        let derived = Derived { from: from.clone(), reads, dtype, shape, make: Box::new(make), name: name.clone() };
+        if self.slots.insert(name.clone(), Slot { store: Arc::new(derived), at: 0 }).is_none() {
+            self.names.push(name);
+        }
+    }
+
     /// Sets one metadata value (saved in `__metadata__`).
     pub fn set_metadata(&mut self, key: impl Into<String>, value: impl Into<String>) {
         self.metadata.insert(key.into(), value.into());
@@ -347,6 +380,29 @@ impl Archive {
         if let Ok(Some((source, at))) = self.locate(name) {
             source.release(at);
         }
+    }
+
+    /// How entry `name` is encoded where the archive decodes it when read (the weights of a
+    /// checkpoint published quantized, see [`crate::published`]): `FP8 E4M3, a scale per
+    /// 128x128 block`, `GPTQ 4-bit`; `None` for entries read as stored and names it lacks.
+    pub fn encoding(&self, name: &str) -> Option<String> {
+        let (source, at) = self.locate(name).ok()??;
+        source.encoding(at)
+    }
+
+    /// Lists `names` in this order, each an entry it already has (`None`) or entry `at` of
+    /// `store` (`Some(at)`).
+    pub(crate) fn reorder(&mut self, names: Vec<(String, Option<usize>)>, store: &Arc<dyn Store>) -> Result<()> {
+        self.names.clear();
+        for (name, at) in names {
+            if let Some(at) = at
+                && self.slots.insert(name.clone(), Slot { store: store.clone(), at }).is_some()
+            {
+                return Err(Error::Duplicate { name, first: self.origin.clone(), second: self.origin.clone() });
+            }
+            self.names.push(name);
+        }
+        Ok(())
     }
 
     /// The entry `name` as stored: over the mapped file when possible. `None` when there is no
@@ -579,5 +635,66 @@ impl<'a> WriteItem<'a> {
             }
             DataError::Io(error) => error,
         })
+    }
+}
+
+/// How a derived entry is made from the archive it reads.
+type Make = Box<dyn Fn(&Archive) -> Result<Tensor> + Send + Sync>;
+
+/// An entry made from others when it is read ([`Archive::insert_derived`]).
+struct Derived {
+    from: Archive,
+    reads: Vec<String>,
+    dtype: DType,
+    shape: Vec<usize>,
+    make: Make,
+    name: String,
+}
+
+impl Source for Derived {
+    fn spec(&self, _: usize) -> (DType, &[usize]) {
+        (self.dtype, &self.shape)
+    }
+
+    fn tensor(&self, _: usize) -> Result<Tensor> {
+        let tensor = (self.make)(&self.from)?;
+        if tensor.dtype() != self.dtype || tensor.shape() != self.shape {
+            return Err(Error::EntryMismatch {
+                origin: self.from.origin.clone(),
+                name: self.name.clone(),
+                expected_dtype: self.dtype,
+                expected_shape: self.shape.clone(),
+                found_dtype: tensor.dtype(),
+                found_shape: tensor.shape().to_vec(),
+            });
+        }
+        Ok(tensor)
+    }
+
+    fn path(&self) -> Option<&Path> {
+        None
+    }
+
+    fn location(&self, _: usize) -> Option<EntryLocation> {
+        None
+    }
+
+    fn stored_bytes(&self, _: usize) -> usize {
+        self.reads.iter().filter_map(|name| self.from.info(name).ok()).map(|info| info.bytes).sum()
+    }
+
+    fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, source::DataError> {
+        let tensor = self.tensor(at).map_err(source::DataError::Io)?;
+        tensor.to_bytes().map(|bytes| Cow::Owned(bytes.into_owned())).map_err(source::DataError::Tensor)
+    }
+
+    fn release(&self, _: usize) {
+        for name in &self.reads {
+            self.from.release(name);
+        }
+    }
+
+    fn encoding(&self, _: usize) -> Option<String> {
+        self.reads.first().and_then(|name| self.from.encoding(name))
     }
 }

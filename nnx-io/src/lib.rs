@@ -17,6 +17,7 @@ pub mod gguf;
 pub mod hub;
 mod import;
 mod mapping;
+pub mod published;
 pub mod quantized;
 #[cfg(feature = "remote")]
 pub mod remote;

@@ -130,6 +130,10 @@ impl QuantizationConfig {
         };
         let problem = |problem: ConfigProblem| Error::Config { path: path.to_path_buf(), problem };
         let object = entry.as_object().ok_or_else(|| problem(ConfigProblem::QuantizationNotObject))?;
+        // A publisher's scheme (FP8, GPTQ, compressed-tensors, ...): see `crate::published`.
+        if object.contains_key("quant_method") && !config.get("quantization").is_some_and(Value::is_object) {
+            return Ok(None);
+        }
         if let Some(mode) = object.get("mode").and_then(Value::as_str)
             && mode != "affine"
         {

@@ -94,6 +94,12 @@ pub(crate) trait Source: Send + Sync {
         None
     }
 
+    /// How entry `at` is encoded where it is decoded when read (a published checkpoint's FP8
+    /// or GPTQ weight, say), for listings; `None` for entries stored as they read.
+    fn encoding(&self, _at: usize) -> Option<String> {
+        None
+    }
+
     /// Drops entry `at`'s mapped pages from resident memory, where the source maps a file;
     /// nothing otherwise.
     fn release(&self, _at: usize) {}

@@ -43,7 +43,8 @@ pub fn export(dir: &Path) -> crate::Result<Option<GgufExport>> {
         return Ok(None);
     };
     let Some(&arch) = family.gguf_architectures.first() else { return Ok(None) };
-    let archive = super::text_model_view(Archive::open(dir)?)?;
+    // A checkpoint published quantized exports its decoded weights.
+    let archive = super::text_model_view(crate::published::open(dir)?)?;
     let (mut export, ids, pre) = match family.network {
         super::family::Network::Qwen35 => {
             let config = Qwen35Config::from_file(&config_path)?;
@@ -341,35 +342,57 @@ fn llama(config: &LlamaConfig, archive: &Archive, dir: &Path, arch: &str) -> cra
 
     let mut tensors = Archive::new();
     let mut notes = Vec::new();
-    // llama.cpp's converter keeps 1-D tensors (the norms) in f32, which every backend reads.
-    let take = |name: &str| {
-        let tensor = archive.try_get(name)?;
-        // Every tensor is written whole: a view that repeats a few stored bytes into gigabytes
-        // is refused here, naming its file, before anything is copied.
-        named(archive, dir, name, tensor.check_expansion(tensor.expansion_limit()))?;
-        if tensor.rank() == 1 && tensor.dtype().is_castable_float() {
-            return named(archive, dir, name, tensor.to_dtype(crate::DType::F32));
+    // Every tensor is written whole: a view that repeats a few stored bytes into gigabytes is
+    // refused here, naming its file, before anything is copied. (A published checkpoint's
+    // weights are decoded when read, into fresh tensors.)
+    let checked = |name: &str| -> crate::Result<()> {
+        if archive.encoding(name).is_none() {
+            let tensor = archive.try_get(name)?;
+            named(archive, dir, name, tensor.check_expansion(tensor.expansion_limit()))?;
         }
-        Ok(tensor)
+        Ok(())
     };
-    tensors.insert("token_embd.weight", take("model.embed_tokens.weight")?);
+    // The entries are the folder's own, read as they are written and released after: memory
+    // holds the tensors being written, not the model. llama.cpp's converter keeps 1-D tensors
+    // (the norms) in f32, which every backend reads.
+    let take = |tensors: &mut Archive, gguf: String, name: &str| -> crate::Result<()> {
+        checked(name)?;
+        let info = archive.info(name)?;
+        if info.shape.len() == 1 && info.dtype.is_castable_float() {
+            let tensor = archive.try_get(name)?;
+            tensors.insert(gguf, named(archive, dir, name, tensor.to_dtype(crate::DType::F32))?);
+            return Ok(());
+        }
+        tensors.insert_entry(gguf, archive, name)
+    };
+    // q and k with their rows in llama.cpp's rotary order, permuted when each is written.
+    let permuted = |tensors: &mut Archive, gguf: String, name: &str, heads: usize| -> crate::Result<()> {
+        checked(name)?;
+        let info = archive.info(name)?;
+        let spec = (info.dtype, info.shape);
+        let (owned, folder) = (name.to_string(), dir.to_path_buf());
+        tensors.insert_derived(gguf, spec, archive, vec![name.to_string()], move |archive| {
+            named(archive, &folder, &owned, archive.try_get(&owned).and_then(|tensor| permute_rows(&tensor, heads)))
+        });
+        Ok(())
+    };
+    take(&mut tensors, "token_embd.weight".into(), "model.embed_tokens.weight")?;
     for i in 0..config.num_hidden_layers {
         let hf = |part: &str| format!("model.layers.{i}.{part}.weight");
         let blk = |part: &str| format!("blk.{i}.{part}.weight");
-        tensors.insert(blk("attn_norm"), take(&hf("input_layernorm"))?);
-        tensors.insert(blk("ffn_down"), take(&hf("mlp.down_proj"))?);
-        tensors.insert(blk("ffn_gate"), take(&hf("mlp.gate_proj"))?);
-        tensors.insert(blk("ffn_up"), take(&hf("mlp.up_proj"))?);
-        tensors.insert(blk("ffn_norm"), take(&hf("post_attention_layernorm"))?);
-        let (k, q) = (hf("self_attn.k_proj"), hf("self_attn.q_proj"));
-        tensors.insert(blk("attn_k"), named(archive, dir, &k, permute_rows(&take(&k)?, config.kv_heads()))?);
-        tensors.insert(blk("attn_output"), take(&hf("self_attn.o_proj"))?);
-        tensors.insert(blk("attn_q"), named(archive, dir, &q, permute_rows(&take(&q)?, config.num_attention_heads))?);
-        tensors.insert(blk("attn_v"), take(&hf("self_attn.v_proj"))?);
+        take(&mut tensors, blk("attn_norm"), &hf("input_layernorm"))?;
+        take(&mut tensors, blk("ffn_down"), &hf("mlp.down_proj"))?;
+        take(&mut tensors, blk("ffn_gate"), &hf("mlp.gate_proj"))?;
+        take(&mut tensors, blk("ffn_up"), &hf("mlp.up_proj"))?;
+        take(&mut tensors, blk("ffn_norm"), &hf("post_attention_layernorm"))?;
+        permuted(&mut tensors, blk("attn_k"), &hf("self_attn.k_proj"), config.kv_heads())?;
+        take(&mut tensors, blk("attn_output"), &hf("self_attn.o_proj"))?;
+        permuted(&mut tensors, blk("attn_q"), &hf("self_attn.q_proj"), config.num_attention_heads)?;
+        take(&mut tensors, blk("attn_v"), &hf("self_attn.v_proj"))?;
     }
-    tensors.insert("output_norm.weight", take("model.norm.weight")?);
+    take(&mut tensors, "output_norm.weight".into(), "model.norm.weight")?;
     if !config.tie_word_embeddings {
-        tensors.insert("output.weight", take("lm_head.weight")?);
+        take(&mut tensors, "output.weight".into(), "lm_head.weight")?;
     }
     if config.rope_parameters.as_ref().is_some_and(|rope| rope.extra.get("rope_type").is_some_and(|t| t != "default"))
         || config.extra.contains_key("rope_scaling")

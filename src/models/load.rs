@@ -195,7 +195,14 @@ struct Files {
 impl Files {
     fn open(source: &str) -> Result<Files> {
         let path = crate::hub::local_path(source)?;
-        let archive = super::text_model_view(Archive::open(&path)?)?;
+        let mut archive = Archive::open(&path)?;
+        // A checkpoint published quantized loads as its float twin, decoded as each weight is
+        // imported; gpt-oss's MXFP4 experts are read as they are stored (see `decoder.rs`).
+        match crate::published::Scheme::of(&path)? {
+            Some(crate::published::Scheme::Mxfp4) | None => {}
+            Some(scheme) => archive = crate::published::decoded(&archive, &scheme, &path)?,
+        }
+        let archive = super::text_model_view(archive)?;
         Ok(Files { path, archive, adapters: Vec::new() })
     }
 

@@ -37,6 +37,7 @@ mod models;
 mod newcomer;
 mod page;
 mod pretrained;
+mod published;
 mod python;
 mod quant_affine;
 mod quant_cli;

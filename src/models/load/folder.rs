@@ -238,6 +238,8 @@ impl Files {
             .map(|(dtype, _)| dtype)
             .filter(|dtype| dtype.is_castable_float())
             .unwrap_or(DType::F32);
+        // A published checkpoint's weights, decoded to f32, are rounded to this dtype as each
+        // is imported (as the publisher's code rounds them to the scales' dtype).
         Ok(Kind::Dense(dtype))
     }
 }
