@@ -129,13 +129,14 @@ fn write_folder(dir: &Path) -> u64 {
     entries.iter().map(|(_, shape)| shape.iter().product::<usize>() as u64 * 2).sum()
 }
 
-/// A file of four expert stacks `[32, 2048, 4096]` (512 MiB each in BF16).
+/// A file of four expert stacks `[32, 2048, 4096]` (512 MiB each in BF16), named as GGUF files
+/// name them (llama-quantize's rules quantize only names ending in `weight`).
 fn write_experts(path: &Path) {
     let entries: Vec<(String, Vec<usize>)> = (0..2)
         .flat_map(|layer| {
             [
-                (format!("model.layers.{layer}.mlp.experts.gate_up_proj"), vec![32, 2048, 4096]),
-                (format!("model.layers.{layer}.mlp.experts.down_proj"), vec![32, 4096, 2048]),
+                (format!("blk.{layer}.ffn_up_exps.weight"), vec![32, 2048, 4096]),
+                (format!("blk.{layer}.ffn_down_exps.weight"), vec![32, 4096, 2048]),
             ]
         })
         .collect();

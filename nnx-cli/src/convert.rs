@@ -206,32 +206,74 @@ fn convert(mut archive: Archive, input: &Path, output: &Path, options: &Options)
         }
     }
     let names: Vec<String> = archive.names().map(str::to_string).collect();
-    let total: u64 =
-        names.iter().map(|name| archive.info(name).map(|info| info.bytes as u64)).sum::<nnx::Result<u64>>()?;
-    let bar = progress_bar(total, "bytes");
+    // Counts the entries cast or decoded as they are made; the others are copied as stored.
+    let bar = progress_bar(0, "bytes");
+    let mut made = 0u64;
+    // Each entry is read, cast or decoded only when the writer comes to it, and its input's
+    // pages are released once it is written: memory holds the entry being written, not the
+    // model.
     let mut converted = Archive::new();
     let mut cast = 0;
     for name in &names {
         let info = archive.info(name)?;
-        bar.set_message(name.clone());
         let refuse = |error: Error| entry_error(input, name, &error);
-        let mut tensor = archive.try_get(name)?;
-        if let Err(error) = tensor.check_expansion(tensor.expansion_limit()) {
-            if !options.allow_expansion {
-                return Err(refuse(error));
+        // GGUF blocks and published encodings are decoded when read; other entries are views.
+        let decoded = archive.ggml_type(name).is_some_and(|ty| ty.is_quantized()) || archive.encoding(name).is_some();
+        if !decoded {
+            let tensor = archive.try_get(name)?;
+            if let Err(error) = tensor.check_expansion(tensor.expansion_limit()) {
+                if !options.allow_expansion {
+                    return Err(refuse(error));
+                }
+                let whole = tensor.contiguous_within(usize::MAX).map_err(refuse)?;
+                let whole = match options.dtype {
+                    Some(dtype) if info.dtype.is_castable_float() && info.dtype != dtype => {
+                        cast += 1;
+                        whole.to_dtype(dtype).map_err(refuse)?
+                    }
+                    _ => whole,
+                };
+                converted.insert(name.as_str(), whole);
+                continue;
             }
-            tensor = tensor.contiguous_within(usize::MAX).map_err(refuse)?;
         }
-        let tensor = match options.dtype {
+        let dtype = match options.dtype {
             Some(dtype) if info.dtype.is_castable_float() && info.dtype != dtype => {
                 cast += 1;
-                tensor.to_dtype(dtype).map_err(refuse)?
+                dtype
             }
-            _ => tensor,
+            _ if !decoded => {
+                converted.insert_entry(name.as_str(), &archive, name)?;
+                continue;
+            }
+            _ => info.dtype,
         };
-        converted.insert(name.as_str(), tensor);
-        bar.inc(info.bytes as u64);
+        let (owned, origin, progress, bytes) = (name.clone(), input.to_path_buf(), bar.clone(), info.bytes as u64);
+        made += bytes;
+        let blocks = archive.ggml_type(name).is_some_and(|ty| ty.is_quantized());
+        converted.insert_derived(
+            name.as_str(),
+            (dtype, info.shape.clone()),
+            &archive,
+            vec![name.clone()],
+            move |archive| {
+                // GGUF blocks are decoded into the dtype a few rows at a time, not through f32.
+                let made = if blocks {
+                    archive.ggml(&owned)?.dequantize_to(dtype)
+                } else {
+                    archive.try_get(&owned)?.to_dtype(dtype)
+                };
+                let made = made.map_err(|source| Error::Data {
+                    path: origin.clone(),
+                    name: owned.clone(),
+                    source: Box::new(source),
+                });
+                progress.inc(bytes);
+                made
+            },
+        );
     }
+    bar.set_length(made);
     let path = target(output, options.max_shard_bytes.is_some())?;
     bar.set_message(format!("writing {}", output.display()));
     bar.enable_steady_tick(std::time::Duration::from_millis(100));

@@ -254,17 +254,24 @@ fn write(
             error
         };
         let tensor = if ty == stored {
-            archive.ggml(name).map_err(fail)?
+            // Copied out of the input, so that its pages can go: the copy is what the window
+            // counts for it.
+            let kept = archive.ggml(name).map_err(fail)?;
+            if kept.data.is_mapped() {
+                let bytes = kept.bytes().map_err(fail)?;
+                let data = nnx::Tensor::from_bytes(nnx::DType::U8, &[bytes.len()], &bytes).map_err(fail)?;
+                drop(bytes);
+                GgmlTensor { data, ..kept }
+            } else {
+                kept
+            }
         } else {
             // Widened to f32 a few rows at a time by the quantizer, not here as a whole.
             let values = archive.try_get(name).map_err(fail)?;
             GgmlTensor::quantize(&values, ty).map_err(fail)?
         };
-        // Done with the input's pages: resident memory stays at the tensors in hand. (A tensor
-        // kept as stored is a view of them, read again as it is written.)
-        if ty != stored {
-            archive.release(name);
-        }
+        // Done with the input's pages: resident memory stays at the tensors in hand.
+        archive.release(name);
         bar.inc(bytes);
         Ok(tensor)
     };

@@ -180,6 +180,23 @@ impl Tensor {
         Tensor::with_storage(Storage::Owned(AlignedBuf::zeroed(packed_bytes(dtype, count))), dtype, shape)
     }
 
+    /// A tensor of `dtype` and `shape` whose bytes `fill` writes in place: an owned tensor
+    /// built without a second buffer (a 500 MB quantized weight is made once, not made and
+    /// copied). The bytes start zeroed.
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] when the shape's bytes overflow, [`Error::Allocation`] when the
+    /// memory is refused, [`Error::InvalidBool`] for BOOL bytes other than 0 or 1, and the
+    /// errors of `fill`.
+    pub fn filled(dtype: DType, shape: &[usize], fill: impl FnOnce(&mut [u8]) -> Result<()>) -> Result<Tensor> {
+        let count = element_count(dtype, shape)?;
+        let bytes = packed_bytes(dtype, count);
+        let mut buf = AlignedBuf::try_zeroed(bytes).ok_or(Error::Allocation { op: "Tensor::filled", bytes })?;
+        fill(buf.as_mut_bytes())?;
+        check_bools(dtype, buf.as_bytes())?;
+        Ok(Tensor::with_storage(Storage::Owned(buf), dtype, shape))
+    }
+
     /// A tensor with a dtype and a shape and no storage: building a model of meta tensors
     /// allocates nothing, and importing into it later makes each tensor a view of the file.
     pub fn meta(dtype: DType, shape: &[usize]) -> Tensor {

@@ -606,7 +606,7 @@ impl Archive {
                 return Err(Error::Unsavable { name: name.clone(), problem: UnsavableProblem::Meta });
             }
             let (dtype, shape) = source.spec(at);
-            let bytes = source.stored_bytes(at);
+            let bytes = source.data_bytes(at);
             let path = data_path(source, &self.origin);
             items.push(WriteItem { name, dtype, shape: shape.to_vec(), bytes, source: (source, at), path });
         }
@@ -626,6 +626,13 @@ pub(crate) struct WriteItem<'a> {
 }
 
 impl<'a> WriteItem<'a> {
+    /// Lets the kernel drop the entry's mapped pages once it is written (see
+    /// [`Archive::release`]).
+    pub(crate) fn release(&self) {
+        let (source, at) = self.source;
+        source.release(at);
+    }
+
     /// The entry's packed bytes: borrowed from the mapping or a contiguous tensor.
     pub(crate) fn data(&self) -> Result<Cow<'a, [u8]>> {
         let (source, at) = self.source;
@@ -681,6 +688,11 @@ impl Source for Derived {
 
     fn stored_bytes(&self, _: usize) -> usize {
         self.reads.iter().filter_map(|name| self.from.info(name).ok()).map(|info| info.bytes).sum()
+    }
+
+    fn data_bytes(&self, _: usize) -> usize {
+        let count: usize = self.shape.iter().product();
+        count.saturating_mul(self.dtype.size_in_bytes().unwrap_or(1))
     }
 
     fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, source::DataError> {

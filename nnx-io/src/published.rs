@@ -799,6 +799,10 @@ impl Source for Decoded {
         self.weights[at].stored
     }
 
+    fn data_bytes(&self, at: usize) -> usize {
+        self.weights[at].shape.iter().product::<usize>().saturating_mul(4)
+    }
+
     fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, DataError> {
         let tensor = self.tensor(at).map_err(DataError::Io)?;
         tensor.to_bytes().map(|bytes| Cow::Owned(bytes.into_owned())).map_err(DataError::Tensor)

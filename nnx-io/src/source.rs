@@ -61,6 +61,12 @@ pub(crate) trait Source: Send + Sync {
     /// The bytes entry `at` stores.
     fn stored_bytes(&self, at: usize) -> usize;
 
+    /// The bytes [`Source::data`] gives for entry `at`: those it stores, except for entries
+    /// decoded or made when read, whose data is their dtype and shape's.
+    fn data_bytes(&self, at: usize) -> usize {
+        self.stored_bytes(at)
+    }
+
     /// Whether entry `at` has no data to write (a tensor of the meta device).
     fn is_meta(&self, _at: usize) -> bool {
         false
@@ -83,9 +89,8 @@ pub(crate) trait Source: Send + Sync {
     /// # Errors
     /// The error of reading the bytes.
     fn packed(&self, at: usize) -> Result<Tensor> {
-        let bytes = self.data(at).map_err(DataError::into_error)?.into_owned();
-        let len = bytes.len();
-        Tensor::from_vec(bytes, &[len])
+        let bytes = self.data(at).map_err(DataError::into_error)?;
+        Tensor::from_bytes(nnx_core::DType::U8, &[bytes.len()], &bytes)
     }
 
     /// The object the bytes are fetched from, for a source whose bytes are fetched rather than

@@ -98,9 +98,12 @@ impl GgmlTensor {
         tensor.check_expansion(tensor.expansion_limit())?;
         let shape = tensor.shape().to_vec();
         let bytes = packed_len(ty, &shape)?;
-        let mut out = vec![0u8; bytes];
         let (count, cols) = (shape.iter().product::<usize>(), shape.last().copied().unwrap_or(1).max(1));
-        if count > 0 {
+        // The blocks are written where the tensor keeps them: no second copy of the output.
+        let data = Tensor::filled(DType::U8, &[bytes], |out| {
+            if count == 0 {
+                return Ok(());
+            }
             // A few rows at a time, widened to f32 on the way: never the whole tensor in f32
             // (a 500 MB BF16 tensor would take 1 GB). Rows are whole blocks, so the bytes are
             // those of one pass over all the values.
@@ -115,9 +118,9 @@ impl GgmlTensor {
                 let part = flat.narrow(0, at * per_chunk, dst.len() / row_bytes)?.to_dtype(DType::F32)?.contiguous();
                 nnx_core::quant::ggml::quantize_row(ty, part.as_slice::<f32>()?.unwrap_or_default(), dst)?;
                 Ok(())
-            })?;
-        }
-        Ok(GgmlTensor { ty, shape, data: Tensor::from_vec(out, &[bytes])? })
+            })
+        })?;
+        Ok(GgmlTensor { ty, shape, data })
     }
 
     /// The values decoded to f32 with the shape, bit-exact with ggml.
@@ -127,6 +130,36 @@ impl GgmlTensor {
     pub fn dequantize(&self) -> Result<Tensor> {
         let bytes = self.data.to_bytes()?;
         decode(self.ty, &self.shape, &bytes)
+    }
+
+    /// The values decoded to `dtype` (f32, f16, bf16 or f64) a few rows at a time, in parallel:
+    /// never the whole tensor in f32 on the way (a 1 GB Q8_0 embedding would take 4 GB), the
+    /// values those of [`GgmlTensor::dequantize`] cast.
+    ///
+    /// # Errors
+    /// As [`GgmlTensor::dequantize`], and [`Error::NotCastable`] for another dtype.
+    pub fn dequantize_to(&self, dtype: DType) -> Result<Tensor> {
+        use rayon::prelude::*;
+        if !dtype.is_castable_float() {
+            return Err(Error::NotCastable { from: DType::F32, to: dtype });
+        }
+        let bytes = self.data.to_bytes()?;
+        let (count, cols) = (self.shape.iter().product::<usize>(), self.shape.last().copied().unwrap_or(1).max(1));
+        let rows = count / cols;
+        if count == 0 || bytes.len() != packed_len(self.ty, &self.shape)? {
+            return decode(self.ty, &self.shape, &bytes)?.to_dtype(dtype);
+        }
+        let (row_bytes, size) = (bytes.len() / rows, dtype.size_in_bytes().unwrap_or(4));
+        let per_chunk = (QUANTIZE_CHUNK_VALUES / cols).max(1);
+        Tensor::filled(dtype, &self.shape, |out| {
+            out.par_chunks_mut(per_chunk * cols * size).enumerate().try_for_each(|(at, dst)| -> Result<()> {
+                let chunk_rows = dst.len() / (cols * size);
+                let packed = &bytes[at * per_chunk * row_bytes..][..chunk_rows * row_bytes];
+                let values = decode(self.ty, &[chunk_rows, cols], packed)?.to_dtype(dtype)?;
+                dst.copy_from_slice(&values.to_bytes()?);
+                Ok(())
+            })
+        })
     }
 
     /// The packed bytes.

@@ -469,6 +469,7 @@ fn put_array(out: &mut Vec<u8>, array: &Array) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nnx_core::DType;
 
     fn tensor(at: usize) -> GgmlTensor {
         let values: Vec<f32> = (0..64 * (at + 1)).map(|v| (v as f32 * 0.37 + at as f32).sin()).collect();
@@ -516,5 +517,21 @@ mod tests {
             assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn blocks_decode_into_any_float_dtype_a_few_rows_at_a_time_as_through_f32() {
+        // Rows of 4096 values: chunks of 256 rows, the last one partial.
+        let values: Vec<f32> = (0..4096 * 300).map(|v| (v as f32 * 0.013).sin()).collect();
+        let values = Tensor::from_vec(values, &[300, 4096]).unwrap();
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+            let packed = GgmlTensor::quantize(&values, ty).unwrap();
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                let whole = packed.dequantize().unwrap().to_dtype(dtype).unwrap();
+                let rows = packed.dequantize_to(dtype).unwrap();
+                assert_eq!(rows.shape(), [300, 4096]);
+                assert_eq!(rows.to_bytes().unwrap(), whole.to_bytes().unwrap(), "{ty:?} to {dtype}");
+            }
+        }
     }
 }

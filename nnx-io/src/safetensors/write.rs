@@ -164,7 +164,23 @@ fn write_safetensors(
         } else {
             out.write_all(&data).map_err(io)?;
         }
+        if data.len() != items[at].bytes {
+            // An entry made when read whose data is not the size its header announced.
+            return Err(Error::Data {
+                path: PathBuf::new(),
+                name: items[at].name.to_string(),
+                source: Box::new(Error::ByteLength {
+                    dtype: items[at].dtype,
+                    shape: items[at].shape.clone(),
+                    expected: items[at].bytes as u64,
+                    found: data.len() as u64,
+                }),
+            });
+        }
         written += data.len() as u64;
+        drop(data);
+        // Done with the entry: a save from mapped files keeps resident only what it writes.
+        items[at].release();
     }
     Ok(written)
 }
