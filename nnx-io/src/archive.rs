@@ -633,6 +633,13 @@ impl<'a> WriteItem<'a> {
         source.release(at);
     }
 
+    /// The entry made when it is read, whose bytes are written from it; `None` for entries
+    /// whose [`WriteItem::data`] is what is stored.
+    pub(crate) fn made(&self) -> Option<Result<Tensor>> {
+        let (source, at) = self.source;
+        source.made(at)
+    }
+
     /// The entry's packed bytes: borrowed from the mapping or a contiguous tensor.
     pub(crate) fn data(&self) -> Result<Cow<'a, [u8]>> {
         let (source, at) = self.source;
@@ -693,6 +700,10 @@ impl Source for Derived {
     fn data_bytes(&self, _: usize) -> usize {
         let count: usize = self.shape.iter().product();
         count.saturating_mul(self.dtype.size_in_bytes().unwrap_or(1))
+    }
+
+    fn made(&self, at: usize) -> Option<Result<Tensor>> {
+        Some(self.tensor(at))
     }
 
     fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, source::DataError> {

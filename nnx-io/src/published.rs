@@ -803,6 +803,10 @@ impl Source for Decoded {
         self.weights[at].shape.iter().product::<usize>().saturating_mul(4)
     }
 
+    fn made(&self, at: usize) -> Option<Result<Tensor>> {
+        Some(self.tensor(at))
+    }
+
     fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, DataError> {
         let tensor = self.tensor(at).map_err(DataError::Io)?;
         tensor.to_bytes().map(|bytes| Cow::Owned(bytes.into_owned())).map_err(DataError::Tensor)

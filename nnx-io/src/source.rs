@@ -61,6 +61,13 @@ pub(crate) trait Source: Send + Sync {
     /// The bytes entry `at` stores.
     fn stored_bytes(&self, at: usize) -> usize;
 
+    /// Entry `at` made when it is read (decoded, cast, derived), for writers, which write its
+    /// bytes from the tensor itself rather than from a copy; `None` for entries whose
+    /// [`Source::data`] borrows or packs what is stored.
+    fn made(&self, _at: usize) -> Option<Result<Tensor>> {
+        None
+    }
+
     /// The bytes [`Source::data`] gives for entry `at`: those it stores, except for entries
     /// decoded or made when read, whose data is their dtype and shape's.
     fn data_bytes(&self, at: usize) -> usize {

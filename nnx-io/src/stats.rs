@@ -271,6 +271,8 @@ pub fn entry_stats(archive: &Archive, name: &str) -> Result<Option<TensorStats>>
     if !dtype.is_castable_float() {
         return Ok(None);
     }
+    // A published checkpoint's weight is named by its scheme; its values are the decoded ones.
+    let named = archive.encoding(name).unwrap_or_else(|| dtype.to_string());
     let tensor = archive.try_get(name)?;
     if tensor.is_contiguous() {
         // The values widened chunk by chunk into one buffer, straight from the mapped bytes.
@@ -301,7 +303,7 @@ pub fn entry_stats(archive: &Archive, name: &str) -> Result<Option<TensorStats>>
                 }
                 Ok(())
             };
-            return stats_of(name, dtype.to_string(), shape, &stream).map(Some);
+            return stats_of(name, named, shape, &stream).map(Some);
         }
     }
     // A strided view: its distinct values walked in pieces, never the whole view at once. What
@@ -310,7 +312,7 @@ pub fn entry_stats(archive: &Archive, name: &str) -> Result<Option<TensorStats>>
     let (view, repeat) = without_repeats(&tensor)?;
     view.check_expansion(view.expansion_limit())?;
     let stream = |visit: &mut dyn FnMut(&[f64])| walk_pieces(&view, visit);
-    repeated_stats_of(name, dtype.to_string(), shape, repeat, &stream).map(Some)
+    repeated_stats_of(name, named, shape, repeat, &stream).map(Some)
 }
 
 #[cfg(test)]

@@ -150,7 +150,16 @@ fn write_safetensors(
     out.write_all(header.as_bytes()).map_err(io)?;
     let mut written = 8 + header.len() as u64;
     for &at in &order {
-        let data = items[at].data()?;
+        // An entry made when read is written from the tensor made, not from a copy of it.
+        let made = items[at].made().transpose()?;
+        let data = match &made {
+            Some(tensor) => tensor.to_bytes().map_err(|source| Error::Data {
+                path: PathBuf::new(),
+                name: items[at].name.to_string(),
+                source: Box::new(source),
+            })?,
+            None => items[at].data()?,
+        };
         if data.len() >= PREFAULT_BYTES && matches!(data, Cow::Borrowed(_)) {
             // Borrowed bytes are usually pages of a mapped file that this process has not
             // touched yet: a second thread maps them in ahead of the write, which would
@@ -179,6 +188,7 @@ fn write_safetensors(
         }
         written += data.len() as u64;
         drop(data);
+        drop(made);
         // Done with the entry: a save from mapped files keeps resident only what it writes.
         items[at].release();
     }
