@@ -189,17 +189,30 @@ impl Scheme {
     /// [`Error::Io`] or [`Error::Config`] for a `config.json` that cannot be read, and the
     /// errors of [`Scheme::from_config`].
     pub fn of(path: &Path) -> Result<Option<Scheme>> {
+        /// Only the one field: the rest of a configuration is skipped unread, so a hostile one
+        /// of millions of values costs no memory here.
+        #[derive(serde::Deserialize)]
+        struct Quantization {
+            #[serde(default)]
+            quantization_config: Option<Value>,
+        }
         let folder = if path.is_dir() { path } else { path.parent().unwrap_or(Path::new(".")) };
         let config = folder.join("config.json");
         if !config.is_file() {
             return Ok(None);
         }
-        let text = crate::config::read_text(&config)?;
-        let value: Value = serde_json::from_str(&text).map_err(|error| Error::Config {
-            path: config.clone(),
-            problem: ConfigProblem::NotJson { message: error.to_string() },
-        })?;
-        Scheme::from_config(&value, &config)
+        // A configuration too large or not JSON is reported by the reader of the model's
+        // configuration, which says more about it (and `inspect` lists it as a finding).
+        let text = match crate::config::read_text(&config) {
+            Ok(text) => text,
+            Err(Error::Config { .. }) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let Ok(Quantization { quantization_config: Some(entry) }) = serde_json::from_str::<Quantization>(&text) else {
+            return Ok(None);
+        };
+        drop(text);
+        Scheme::from_config(&serde_json::json!({ "quantization_config": entry }), &config)
     }
 }
 
