@@ -70,9 +70,11 @@ pub use nnx_core::{nn, parallel, quant};
 pub use nnx_io::adapter;
 /// Configuration files read with a size limit.
 pub use nnx_io::config;
+pub use nnx_io::dcp;
 pub use nnx_io::gguf;
 pub use nnx_io::hub;
 /// Checkpoints published quantized (FP8, NVFP4, MXFP4, INT4, GPTQ, AWQ) read as float weights.
+pub use nnx_io::plan;
 pub use nnx_io::published;
 /// Archives in object stores and on the Hub: [`Archive::open`] takes their URLs.
 #[cfg(feature = "remote")]

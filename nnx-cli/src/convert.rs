@@ -59,6 +59,12 @@ pub struct Args {
     /// llama.cpp's choices for the output, `attn_v` and `ffn_down` (llama-quantize's `--pure`).
     #[arg(long)]
     pure: bool,
+    /// Write OUT as a folder holding a PyTorch distributed checkpoint (DCP) of this many ranks:
+    /// each tensor cut along its first axis as DTensor's `Shard(0)` cuts it, one
+    /// `__R_0.distcp` file per rank and `.metadata` written last;
+    /// `torch.distributed.checkpoint.load` reads it into any sharding.
+    #[arg(long, value_name = "RANKS", value_parser = clap::value_parser!(u16).range(1..))]
+    dcp_ranks: Option<u16>,
 }
 
 /// What the flags of `convert` ask for.
@@ -67,6 +73,8 @@ struct Options {
     dtype: Option<DType>,
     /// Page-align the output.
     page_align: bool,
+    /// Write a distributed checkpoint of this many ranks instead of SafeTensors.
+    dcp_ranks: Option<usize>,
     /// Write a sharded folder with shards of at most this many data bytes.
     max_shard_bytes: Option<u64>,
     /// Keep only the entries named this or under it (`PREFIX.*`), names kept whole.
@@ -168,7 +176,17 @@ pub fn run(args: Args) -> Result<String, CliError> {
         max_shard_bytes: args.max_shard_size,
         select: args.select,
         allow_expansion: args.allow_expansion,
+        dcp_ranks: args.dcp_ranks.map(usize::from),
     };
+    if options.dcp_ranks.is_some()
+        && (args.output.extension().is_some_and(|ext| ext == "gguf")
+            || options.max_shard_bytes.is_some()
+            || options.page_align)
+    {
+        return Err(CliError(
+            "`--dcp-ranks` writes a folder of its own layout: leave out `--max-shard-size` and `--page-align`, and name a folder rather than a `.gguf` file".into(),
+        ));
+    }
     let gguf = args.output.extension().is_some_and(|ext| ext == "gguf");
     if !gguf && (args.ty.is_some() || !args.tensor_types.is_empty() || args.pure) {
         return Err(CliError(format!(
@@ -219,7 +237,9 @@ fn convert(mut archive: Archive, input: &Path, output: &Path, options: &Options)
         let refuse = |error: Error| entry_error(input, name, &error);
         // GGUF blocks and published encodings are decoded when read; other entries are views.
         let decoded = archive.ggml_type(name).is_some_and(|ty| ty.is_quantized()) || archive.encoding(name).is_some();
-        if !decoded {
+        // Entries assembled when read (a distributed checkpoint's) are new tensors: nothing to
+        // check, and making them here would make them twice.
+        if !decoded && !archive.made_when_read(name) {
             let tensor = archive.try_get(name)?;
             if let Err(error) = tensor.check_expansion(tensor.expansion_limit()) {
                 if !options.allow_expansion {
@@ -274,6 +294,18 @@ fn convert(mut archive: Archive, input: &Path, output: &Path, options: &Options)
         );
     }
     bar.set_length(made);
+    if let Some(ranks) = options.dcp_ranks {
+        bar.set_message(format!("writing {}", output.display()));
+        let saved = converted.save_dcp(output, ranks);
+        bar.finish_and_clear();
+        saved?;
+        return Ok(format!(
+            "converted {} entries from {} into the distributed checkpoint {} of {ranks} ranks\n",
+            names.len(),
+            input.display(),
+            output.display()
+        ));
+    }
     let path = target(output, options.max_shard_bytes.is_some())?;
     bar.set_message(format!("writing {}", output.display()));
     bar.enable_steady_tick(std::time::Duration::from_millis(100));

@@ -12,6 +12,7 @@ mod inspect;
 mod lora;
 mod page;
 mod perplexity;
+mod plan;
 mod quantize;
 mod report;
 mod run;
@@ -78,6 +79,9 @@ enum Command {
     /// LoRA adapters (PEFT, MLX-LM, GGUF): `inspect` describes one, `merge` writes a base
     /// model with one merged into its weights.
     Lora(lora::Args),
+    /// Which byte ranges of which files each of N ranks reads to hold its slice of every
+    /// tensor (`--tp N`), from headers alone, with bytes per rank and read amplification.
+    Plan(plan::Args),
 }
 
 /// Prints `error` as the one `error:` line: its lines joined, and every control character
@@ -159,6 +163,7 @@ fn main() -> ExitCode {
         Command::Dequantize(args) => dequantize::run(args),
         Command::Download(args) => download::run(args),
         Command::Convert(args) => convert::run(args),
+        Command::Plan(args) => plan::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Run(args) => {
             if args.device == run::DeviceChoice::Gpu {

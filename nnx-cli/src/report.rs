@@ -507,6 +507,11 @@ fn files(path: &Path, entries: &[Entry]) -> Result<Vec<Value>, CliError> {
     if paths.is_empty() && path.is_file() {
         paths.push(path.to_path_buf());
     }
+    // The pieces of a training checkpoint are assembled from many files: all of them.
+    if paths.is_empty() && nnx::sniff::training_checkpoint(path).is_some() {
+        folder_files(path, &mut paths, 0)?;
+        paths.sort();
+    }
     let base = if path.is_dir() { path } else { path.parent().unwrap_or(Path::new("")) };
     paths
         .par_iter()
@@ -520,6 +525,28 @@ fn files(path: &Path, entries: &[Entry]) -> Result<Vec<Value>, CliError> {
             Ok(json!({ "name": name, "bytes": bytes, "sha256": sha256 }))
         })
         .collect()
+}
+
+/// The files under `dir`, down to a depth no checkpoint reaches and up to a count none has.
+fn folder_files(dir: &Path, paths: &mut Vec<PathBuf>, depth: usize) -> Result<(), CliError> {
+    const MAX_FILES: usize = 1 << 20;
+    if depth > 16 {
+        return Ok(());
+    }
+    let list =
+        std::fs::read_dir(dir).map_err(|source| nnx::Error::Io { action: "list", path: dir.to_path_buf(), source })?;
+    for item in list.flatten() {
+        let (path, kind) = (item.path(), item.file_type());
+        if paths.len() >= MAX_FILES {
+            break;
+        }
+        match kind {
+            Ok(kind) if kind.is_dir() => folder_files(&path, paths, depth + 1)?,
+            Ok(kind) if kind.is_file() => paths.push(path),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The size and hex sha256 of a file, read in 1 MiB pieces.
@@ -543,6 +570,9 @@ fn sha256(path: &Path) -> std::io::Result<(u64, String)> {
 fn format_name(path: &Path, archive: &Archive, folder: Option<&QuantizedFolder>, files: usize) -> String {
     if archive.gguf_metadata().is_some() {
         return if files > 1 { format!("GGUF ({files} splits)") } else { "GGUF".to_string() };
+    }
+    if let Some(kind) = nnx::sniff::training_checkpoint(path) {
+        return format!("{} ({files} files)", kind.name());
     }
     if let Some(folder) = folder {
         let seed = folder.archive().names().any(|name| name.ends_with(".seeds"));

@@ -382,6 +382,13 @@ impl Archive {
         }
     }
 
+    /// Whether entry `name` is made when it is read (decoded, cast, assembled from the chunks
+    /// of a distributed checkpoint) rather than a view of stored bytes; `false` for names it
+    /// lacks. Checks that look at a tensor's layout skip such entries: making them is a copy.
+    pub fn made_when_read(&self, name: &str) -> bool {
+        self.locate(name).ok().flatten().is_some_and(|(source, at)| source.made_when_read(at))
+    }
+
     /// How entry `name` is encoded where the archive decodes it when read (the weights of a
     /// checkpoint published quantized, see [`crate::published`]): `FP8 E4M3, a scale per
     /// 128x128 block`, `GPTQ 4-bit`; `None` for entries read as stored and names it lacks.
@@ -700,6 +707,10 @@ impl Source for Derived {
     fn data_bytes(&self, _: usize) -> usize {
         let count: usize = self.shape.iter().product();
         count.saturating_mul(self.dtype.size_in_bytes().unwrap_or(1))
+    }
+
+    fn made_when_read(&self, _at: usize) -> bool {
+        true
     }
 
     fn made(&self, at: usize) -> Option<Result<Tensor>> {

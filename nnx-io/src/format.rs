@@ -64,6 +64,9 @@ pub(crate) fn build(holds: Holds) -> Result<Archive> {
         Holds::TorchIndex(path) => crate::torch::open_index(&path),
         Holds::Gguf(paths) => crate::gguf::open(&paths),
         Holds::Files { dir, files } => crate::safetensors::open_files(&dir, &files),
+        Holds::Dcp(dir) => crate::dcp::open(&dir),
+        Holds::DcpHf(dir) => crate::dcp::open_hf(&dir),
+        Holds::Orbax(dir) => crate::orbax::open(&dir),
     }
 }
 
@@ -111,6 +114,14 @@ pub(crate) enum Holds {
     /// A folder without a model file or index: the union of its SafeTensors files, in name
     /// order.
     Files { dir: PathBuf, files: Vec<PathBuf> },
+    /// A PyTorch distributed checkpoint: a folder with `.metadata` and its `.distcp` files.
+    Dcp(PathBuf),
+    /// An Orbax checkpoint: a folder with `_METADATA` (or `_CHECKPOINT_METADATA`, or an OCDBT
+    /// `manifest.ocdbt`) and its zarr arrays.
+    Orbax(PathBuf),
+    /// A PyTorch distributed checkpoint in the HF storage layout: a folder of
+    /// `shard-0000R-model-0000I-of-0000N.safetensors` files without an index.
+    DcpHf(PathBuf),
 }
 
 /// What `path` holds. A folder holds the first of `model.safetensors.index.json`,
@@ -126,6 +137,15 @@ pub(crate) fn detect(path: &Path) -> Result<Holds> {
         return detect_file(path);
     }
     let dir = path;
+    if crate::dcp::is_checkpoint(dir) {
+        return Ok(Holds::Dcp(dir.to_path_buf()));
+    }
+    if crate::dcp::is_hf_checkpoint(dir) {
+        return Ok(Holds::DcpHf(dir.to_path_buf()));
+    }
+    if crate::orbax::is_orbax(dir) {
+        return Ok(Holds::Orbax(dir.to_path_buf()));
+    }
     if let Some(holds) = model_file(dir) {
         return Ok(holds);
     }

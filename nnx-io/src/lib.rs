@@ -10,6 +10,7 @@ pub mod adapter;
 mod archive;
 mod budget;
 pub mod config;
+pub mod dcp;
 mod error;
 mod format;
 pub mod fs;
@@ -17,6 +18,8 @@ pub mod gguf;
 pub mod hub;
 mod import;
 mod mapping;
+mod orbax;
+pub mod plan;
 pub mod published;
 pub mod quantized;
 #[cfg(feature = "remote")]

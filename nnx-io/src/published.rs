@@ -816,6 +816,10 @@ impl Source for Decoded {
         self.weights[at].shape.iter().product::<usize>().saturating_mul(4)
     }
 
+    fn made_when_read(&self, _at: usize) -> bool {
+        true
+    }
+
     fn made(&self, at: usize) -> Option<Result<Tensor>> {
         Some(self.tensor(at))
     }

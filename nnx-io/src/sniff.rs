@@ -14,3 +14,40 @@ pub use crate::error::FileKind;
 pub fn sniff(bytes: &[u8]) -> Option<FileKind> {
     crate::format::sniff(bytes)
 }
+
+/// A checkpoint of distributed training, told from a folder's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TrainingCheckpoint {
+    /// A PyTorch distributed checkpoint: `.metadata` and `.distcp` files.
+    Dcp,
+    /// A PyTorch distributed checkpoint in the HF storage layout (`shard-*-model-*.safetensors`).
+    DcpHf,
+    /// An Orbax checkpoint (OCDBT or one folder per array, zarr v2 or zarr3).
+    Orbax,
+}
+
+impl TrainingCheckpoint {
+    /// The format's name, for listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrainingCheckpoint::Dcp => "PyTorch distributed checkpoint (DCP)",
+            TrainingCheckpoint::DcpHf => "PyTorch distributed checkpoint (DCP, HF storage layout)",
+            TrainingCheckpoint::Orbax => "Orbax checkpoint",
+        }
+    }
+}
+
+/// What kind of training checkpoint the folder `dir` holds, as [`crate::Archive::open`] tells
+/// it; `None` for anything else (a file among them).
+pub fn training_checkpoint(dir: &std::path::Path) -> Option<TrainingCheckpoint> {
+    if !dir.is_dir() {
+        return None;
+    }
+    match crate::format::detect(dir).ok()? {
+        crate::format::Holds::Dcp(_) => Some(TrainingCheckpoint::Dcp),
+        crate::format::Holds::DcpHf(_) => Some(TrainingCheckpoint::DcpHf),
+        crate::format::Holds::Orbax(_) => Some(TrainingCheckpoint::Orbax),
+        _ => None,
+    }
+}

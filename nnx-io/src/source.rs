@@ -68,6 +68,13 @@ pub(crate) trait Source: Send + Sync {
         None
     }
 
+    /// Whether entry `at` is made when read ([`Source::made`] gives it), told without making
+    /// it: a reader that only looks at an entry (its layout, say) skips such entries rather than
+    /// make them twice.
+    fn made_when_read(&self, _at: usize) -> bool {
+        false
+    }
+
     /// The bytes [`Source::data`] gives for entry `at`: those it stores, except for entries
     /// decoded or made when read, whose data is their dtype and shape's.
     fn data_bytes(&self, at: usize) -> usize {
@@ -110,6 +117,28 @@ pub(crate) trait Source: Send + Sync {
     /// or GPTQ weight, say), for listings; `None` for entries stored as they read.
     fn encoding(&self, _at: usize) -> Option<String> {
         None
+    }
+
+    /// Where entry `at`'s values lie, piece by piece, for read plans: by default one piece, the
+    /// whole entry at its [`Source::location`], row-major where its dtype is whole bytes (read
+    /// whole otherwise); none for entries in memory.
+    ///
+    /// # Errors
+    /// The errors of reading the headers that place the pieces.
+    fn stored_pieces(&self, at: usize) -> Result<Vec<crate::plan::StoredPiece>> {
+        let Some(location) = self.location(at) else { return Ok(Vec::new()) };
+        let (dtype, shape) = self.spec(at);
+        let start = location.file_offset as u64;
+        let layout = match (dtype.size_in_bytes(), self.ggml_type(at)) {
+            (Some(element), None) => crate::plan::PieceLayout::RowMajor { start, element },
+            _ => crate::plan::PieceLayout::Whole { start, len: self.stored_bytes(at) as u64 },
+        };
+        Ok(vec![crate::plan::StoredPiece {
+            file: location.path,
+            offsets: vec![0; shape.len()],
+            sizes: shape.to_vec(),
+            layout,
+        }])
     }
 
     /// Drops entry `at`'s mapped pages from resident memory, where the source maps a file;

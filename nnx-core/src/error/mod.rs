@@ -10,19 +10,23 @@ use std::path::PathBuf;
 use crate::DType;
 
 mod archive;
+mod dcp;
 mod file_kind;
 mod gguf;
 mod header;
 mod hub;
+mod orbax;
 mod remote;
 mod report;
 mod torch;
 
 pub use archive::{ConfigProblem, ConfigRule, ExportProblem, IndexProblem, ShardProblem, UnsavableProblem};
+pub use dcp::DcpProblem;
 pub use file_kind::FileKind;
 pub use gguf::GgufProblem;
 pub use header::HeaderProblem;
 pub use hub::{HubProblem, Missing, Offline};
+pub use orbax::OrbaxProblem;
 pub use remote::RemoteProblem;
 pub use report::{
     DidYouMean, HookError, LoadAction, LoadError, OpChain, Problem, ProblemKind, ProblemSource, SourceOp,
@@ -477,6 +481,14 @@ pub enum Error {
         /// What is wrong.
         problem: TorchProblem,
     },
+    /// A distributed checkpoint (PyTorch DCP) that cannot be read.
+    #[error("`{path}` is not a readable distributed checkpoint: {problem}")]
+    Dcp {
+        /// The checkpoint's folder.
+        path: PathBuf,
+        /// What is wrong.
+        problem: DcpProblem,
+    },
     /// A GGUF file that cannot be read, or a GGUF file that cannot be written.
     #[error("`{path}` is not a usable GGUF file: {problem}")]
     Gguf {
@@ -484,6 +496,17 @@ pub enum Error {
         path: PathBuf,
         /// What is wrong.
         problem: GgufProblem,
+    },
+    /// A file of an Orbax checkpoint (its pytree metadata, OCDBT database or zarr arrays) that
+    /// cannot be read.
+    #[error("cannot read `{key}` from `{path}` of an Orbax checkpoint: {problem}")]
+    Orbax {
+        /// The file.
+        path: PathBuf,
+        /// The key read (`params.dense.kernel/zarr.json`, an OCDBT key, a pytree entry).
+        key: String,
+        /// What is wrong.
+        problem: OrbaxProblem,
     },
 
     // Archives, shards and loads

@@ -5,8 +5,9 @@
 //! the value tree into named tensors (views of the mapped file) and metadata.
 
 mod legacy;
-mod pickle;
-mod zip;
+pub(crate) mod pickle;
+pub(crate) mod write;
+pub(crate) mod zip;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -170,6 +171,57 @@ pub(crate) fn read(path: &Path) -> Result<Checkpoint> {
     Ok(Checkpoint { entries, metadata })
 }
 
+/// What one item of a distributed checkpoint holds: each is a `torch.save` zip of its own,
+/// laid in a `.distcp` file at `start..start + len`, whose pickle is a tensor (a chunk) or a
+/// plain value (a step counter, a learning rate).
+pub(crate) enum Item {
+    /// The chunk, a view of the mapped file, and the file offset of its storage's first byte.
+    Tensor(Tensor, usize),
+    /// Plain values by path under the item's name.
+    Values(BTreeMap<String, String>),
+}
+
+/// Reads the item named `name` at `start..start + len` of `mapped` (the file at `path`, which
+/// the caller has checked holds that range) as [`read`] reads a checkpoint, with nothing run.
+///
+/// # Errors
+/// [`Error::Torch`] naming `path` for a zip or pickle that cannot be read, a global refused
+/// by name among them.
+pub(crate) fn read_item(mapped: &Arc<Mapping>, path: &Path, start: usize, len: usize, name: &str) -> Result<Item> {
+    let refuse = |problem| Error::Torch { path: path.to_path_buf(), problem };
+    let bytes = &mapped.bytes()[start..start + len];
+    let zip = ZipRecords::read(bytes).map_err(refuse)?;
+    let pickle = zip.get("data.pkl").ok_or(TorchProblem::NoDataPickle).map_err(refuse)?;
+    let unpickled = unpickle(&bytes[pickle.start..pickle.start + pickle.len], 0).map_err(|error| {
+        refuse(TorchProblem::Pickle {
+            pickle: format!("`{}`", zip.name("data.pkl")),
+            offset: error.offset,
+            problem: error.problem,
+        })
+    })?;
+    let mut records = HashMap::new();
+    for storage in unpickled.storages.iter().filter(|storage| storage.inline.is_none()) {
+        if let Some(record) = zip.get(&format!("data/{}", storage.key)) {
+            records.insert(storage.key.to_string(), Record { start: start + record.start, len: record.len });
+        }
+    }
+    if let Value::Tensor(record) = &unpickled.root {
+        let source: Arc<dyn ByteSource> = mapped.clone();
+        let mut builder = Builder { path, source, records: &records, storages: HashMap::new() };
+        let storage = records.get(&*record.storage.key).map_or(start, |record| record.start);
+        return builder.tensor(name, record).map(|tensor| Item::Tensor(tensor, storage));
+    }
+    let mut walk = Walk {
+        unpickled: &unpickled,
+        tensors: Vec::new(),
+        metadata: BTreeMap::new(),
+        visits: 0,
+        budget: TextBudget::new(),
+    };
+    walk.value(&unpickled.root, name, 0).map_err(refuse)?;
+    Ok(Item::Values(walk.metadata))
+}
+
 /// The most values a walk of the tree visits: far more than any checkpoint holds, few enough
 /// that a tree sharing one big list many times over is refused quickly.
 const MAX_VISITS: usize = 1 << 20;
@@ -230,7 +282,7 @@ impl Walk<'_> {
             Value::Float(value) => self.plain(name, || format!("{value:?}"), 24)?,
             Value::Bool(value) => self.plain(name, || value.to_string(), 5)?,
             Value::Str(value) => self.plain(name, || value.to_string(), value.len())?,
-            Value::None | Value::Global(_) | Value::Storage(_) | Value::Bytes(_) => {}
+            Value::None | Value::Global(_) | Value::Storage(_) | Value::Bytes(_) | Value::Object(_) => {}
         }
         Ok(())
     }

@@ -44,6 +44,8 @@ pub(crate) enum Value {
     Storage(Rc<StorageRef>),
     Bytes(Rc<[u8]>),
     Tensor(Rc<TensorRecord>),
+    /// An object of a class the pickle's [`Allow`] admits, in the arena.
+    Object(usize),
 }
 
 /// An immutable tuple and how deeply tuples nest inside it.
@@ -58,6 +60,74 @@ pub(crate) struct Tuple {
 pub(crate) enum Container {
     List(Vec<Value>),
     Dict(Vec<(Value, Value)>),
+    /// An object made by `NEWOBJ` (or `REDUCE`) of an admitted class, with the state `BUILD`
+    /// gave it (a dict of its fields, or the tuple its `__getstate__` returns).
+    Object {
+        class: Class,
+        state: Option<Value>,
+    },
+}
+
+/// Which globals a pickle may name: those of a state dict, or also those of a distributed
+/// checkpoint's `.metadata` (its dataclasses, dtypes and layouts), which no state dict needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Allow {
+    StateDict,
+    DcpMetadata,
+}
+
+/// The classes of a distributed checkpoint's `.metadata`, each made as a plain object whose
+/// state is read by field name: none of their code runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    Metadata,
+    TensorStorageMetadata,
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    TensorProperties,
+    MetadataIndex,
+    StorageMeta,
+    StorageInfo,
+}
+
+/// The class `module.name` of a distributed checkpoint's `.metadata`.
+fn dcp_class(module: &str, name: &str) -> Option<Class> {
+    Some(match (module, name) {
+        ("torch.distributed.checkpoint.metadata", "Metadata") => Class::Metadata,
+        ("torch.distributed.checkpoint.metadata", "TensorStorageMetadata") => Class::TensorStorageMetadata,
+        ("torch.distributed.checkpoint.metadata", "BytesStorageMetadata") => Class::BytesStorageMetadata,
+        ("torch.distributed.checkpoint.metadata", "ChunkStorageMetadata") => Class::ChunkStorageMetadata,
+        ("torch.distributed.checkpoint.metadata", "TensorProperties") => Class::TensorProperties,
+        ("torch.distributed.checkpoint.metadata", "MetadataIndex") => Class::MetadataIndex,
+        ("torch.distributed.checkpoint.metadata", "StorageMeta") => Class::StorageMeta,
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo") => Class::StorageInfo,
+        _ => return None,
+    })
+}
+
+/// The element type torch's `torch.NAME` dtype object stands for.
+pub(crate) fn torch_dtype(name: &str) -> Option<DType> {
+    Some(match name {
+        "float64" | "double" => DType::F64,
+        "float32" | "float" => DType::F32,
+        "float16" | "half" => DType::F16,
+        "bfloat16" => DType::BF16,
+        "float8_e4m3fn" => DType::F8E4M3,
+        "float8_e5m2" => DType::F8E5M2,
+        "float8_e4m3fnuz" => DType::F8E4M3Fnuz,
+        "float8_e5m2fnuz" => DType::F8E5M2Fnuz,
+        "float8_e8m0fnu" => DType::F8E8M0,
+        "int64" | "long" => DType::I64,
+        "int32" | "int" => DType::I32,
+        "int16" | "short" => DType::I16,
+        "int8" => DType::I8,
+        "uint8" => DType::U8,
+        "uint16" => DType::U16,
+        "uint32" => DType::U32,
+        "bool" => DType::Bool,
+        "complex64" | "cfloat" => DType::C64,
+        _ => return None,
+    })
 }
 
 /// The globals a state dict needs; every other one is refused.
@@ -79,10 +149,43 @@ pub(crate) enum Global {
     /// `torch.storage._load_from_bytes`: a storage pickled by `pickle` rather than
     /// `torch.save`, as a legacy checkpoint of that storage alone.
     LoadFromBytes,
+    /// A class of a distributed checkpoint's `.metadata`.
+    Class(Class),
+    /// A torch dtype object (`torch.float32`), as `.metadata` names a tensor's element type.
+    Dtype(DType),
+    /// `torch.strided` and the memory formats: fields `.metadata` keeps and nnx does not need.
+    TorchConstant,
+    /// `torch.serialization._get_layout`, as torch pickles a layout: `_get_layout('torch.strided')`.
+    Layout,
+    /// `TensorProperties`'s memory format code (`_MEM_FORMAT_ENCODING(n)`): the number.
+    MemoryFormatCode,
+    /// `pathlib.PosixPath` (and its kin): the path `.metadata` keeps as its checkpoint's id,
+    /// made into text.
+    Path,
 }
 
-/// The global `module.name`, when it is one a state dict needs.
-fn known_global(module: &str, name: &str) -> Option<Global> {
+/// The global `module.name`, when it is one a state dict needs, or, where `allow` admits them,
+/// one of a distributed checkpoint's `.metadata`.
+fn known_global(module: &str, name: &str, allow: Allow) -> Option<Global> {
+    if allow == Allow::DcpMetadata {
+        let global = match (module, name) {
+            ("torch", dtype) if torch_dtype(dtype).is_some() => torch_dtype(dtype).map(Global::Dtype),
+            (
+                "torch",
+                "strided" | "sparse_coo" | "contiguous_format" | "channels_last" | "channels_last_3d"
+                | "preserve_format",
+            ) => Some(Global::TorchConstant),
+            ("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING") => Some(Global::MemoryFormatCode),
+            ("torch.serialization", "_get_layout") => Some(Global::Layout),
+            ("pathlib" | "pathlib._local", "PosixPath" | "PurePosixPath" | "WindowsPath" | "PureWindowsPath") => {
+                Some(Global::Path)
+            }
+            _ => dcp_class(module, name).map(Global::Class),
+        };
+        if global.is_some() {
+            return global;
+        }
+    }
     Some(match (module, name) {
         ("collections", "OrderedDict") => Global::OrderedDict,
         ("torch._utils", "_rebuild_tensor_v2" | "_rebuild_tensor") => Global::RebuildTensor,
@@ -159,6 +262,7 @@ pub(crate) struct PickleError {
 type Step<T> = std::result::Result<T, PickleProblem>;
 
 struct Machine<'a> {
+    allow: Allow,
     inline_storages: bool,
     /// Bytes made by `_codecs.encode` and copied out of pickled storages, which may not exceed
     /// twice the pickle's own size.
@@ -185,7 +289,26 @@ pub(crate) fn unpickle(bytes: &[u8], start: usize) -> Result<Unpickled, PickleEr
 /// As [`unpickle`]; `inline_storages` says whether storages pickled inside the pickle
 /// (`torch.storage._load_from_bytes`) are read: never inside such a storage itself.
 pub(crate) fn unpickle_with(bytes: &[u8], start: usize, inline_storages: bool) -> Result<Unpickled, PickleError> {
+    unpickle_allowing(bytes, start, inline_storages, Allow::StateDict)
+}
+
+/// Reads a distributed checkpoint's `.metadata`: a state dict's globals and its own (see
+/// [`Allow::DcpMetadata`]), no storages.
+///
+/// # Errors
+/// As [`unpickle`].
+pub(crate) fn unpickle_dcp_metadata(bytes: &[u8]) -> Result<Unpickled, PickleError> {
+    unpickle_allowing(bytes, 0, false, Allow::DcpMetadata)
+}
+
+fn unpickle_allowing(
+    bytes: &[u8],
+    start: usize,
+    inline_storages: bool,
+    allow: Allow,
+) -> Result<Unpickled, PickleError> {
     let mut machine = Machine {
+        allow,
         inline_storages,
         made_bytes: 0,
         bytes,
@@ -349,7 +472,9 @@ impl Machine<'_> {
         };
         match &mut self.containers[id] {
             Container::List(items) => items.extend(values),
-            Container::Dict(_) => return Err(PickleProblem::Unexpected { opcode: "APPEND", expected: "a list" }),
+            Container::Dict(_) | Container::Object { .. } => {
+                return Err(PickleProblem::Unexpected { opcode: "APPEND", expected: "a list" });
+            }
         }
         Ok(())
     }
@@ -373,7 +498,7 @@ impl Machine<'_> {
     }
 
     fn global(&mut self, module: &str, name: &str) -> Step<()> {
-        match known_global(module, name) {
+        match known_global(module, name, self.allow) {
             Some(global) => self.push(Value::Global(global)),
             None => Err(PickleProblem::ForbiddenGlobal { module: module.to_string(), name: name.to_string() }),
         }
@@ -439,6 +564,23 @@ impl Machine<'_> {
                 opcode,
                 expected: "a storage's own bytes, not another pickled storage",
             }),
+            Global::Class(class) if args.is_empty() => {
+                Ok(Value::Object(self.container(Container::Object { class, state: None })))
+            }
+            Global::Layout if matches!(args[..], [Value::Str(_)]) => Ok(Value::Global(Global::TorchConstant)),
+            Global::MemoryFormatCode if args.len() == 1 && matches!(args[0], Value::Int(_)) => Ok(args[0].clone()),
+            Global::Path => {
+                let mut parts = Vec::with_capacity(args.len());
+                for part in args {
+                    let Value::Str(part) = part else {
+                        return Err(PickleProblem::Unexpected { opcode, expected: "the parts of a path as text" });
+                    };
+                    parts.push(part.clone());
+                }
+                let text = parts.iter().map(|part| &**part).collect::<Vec<_>>().join("/").replace("//", "/");
+                self.make_bytes(text.len())?;
+                Ok(Value::Str(Rc::from(text)))
+            }
             _ => Err(PickleProblem::Unexpected { opcode, expected: "the arguments of a known global" }),
         }
     }
@@ -648,12 +790,22 @@ impl Machine<'_> {
                 let value = self.call(class, args, "NEWOBJ")?;
                 self.push(value)?;
             }
-            // BUILD: the state of a dict (an `OrderedDict`'s attributes) or of a tensor is
-            // not needed and is dropped.
+            // BUILD: an admitted object keeps its state (its fields); the state of a dict (an
+            // `OrderedDict`'s attributes) or of a tensor is not needed and is dropped.
             b'b' => {
-                self.pop()?;
-                if !matches!(self.top()?, Value::Dict(_) | Value::Tensor(_)) {
-                    return Err(PickleProblem::Unexpected { opcode: "BUILD", expected: "a dict or a tensor" });
+                let built = self.pop()?;
+                match *self.top()? {
+                    Value::Object(id) => match &mut self.containers[id] {
+                        Container::Object { state: state @ None, .. } => *state = Some(built),
+                        _ => {
+                            return Err(PickleProblem::Unexpected {
+                                opcode: "BUILD",
+                                expected: "an object built once",
+                            });
+                        }
+                    },
+                    Value::Dict(_) | Value::Tensor(_) => {}
+                    _ => return Err(PickleProblem::Unexpected { opcode: "BUILD", expected: "a dict or a tensor" }),
                 }
             }
             b'Q' => {
