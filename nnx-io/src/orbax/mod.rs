@@ -350,10 +350,17 @@ pub(crate) fn zstd_decode(data: &[u8], limit: u64, what: &'static str) -> Parse<
 /// # Errors
 /// [`OrbaxProblem::Zstd`] for data that is not zstd.
 pub(crate) fn zstd_decode_capped(data: &[u8], cap: u64, what: &'static str) -> Parse<Vec<u8>> {
-    let failed = |error: std::io::Error| OrbaxProblem::Zstd { what, message: error.to_string() };
-    let decoder = zstd::stream::read::Decoder::with_buffer(data).map_err(failed)?;
+    let failed = |message: String| OrbaxProblem::Zstd { what, message };
+    let limit = cap.saturating_add(1);
     let mut out = Vec::with_capacity(usize::try_from(cap.min(1 << 20)).unwrap_or(0));
-    decoder.take(cap.saturating_add(1)).read_to_end(&mut out).map_err(failed)?;
+    let mut rest = data;
+    // Frame after frame, as a stream of concatenated frames decodes.
+    while !rest.is_empty() && (out.len() as u64) < limit {
+        let mut decoder =
+            ruzstd::decoding::StreamingDecoder::new(&mut rest).map_err(|error| failed(error.to_string()))?;
+        let left = limit - out.len() as u64;
+        (&mut decoder).take(left).read_to_end(&mut out).map_err(|error| failed(error.to_string()))?;
+    }
     Ok(out)
 }
 
