@@ -30,6 +30,9 @@ pub(crate) enum PieceLayout {
     /// Bytes that must be read whole to get any of the values (compressed, packed in blocks,
     /// or laid out in another order).
     Whole { start: u64, len: u64 },
+    /// Bytes kept inside another structure of the file (a node of an OCDBT B+tree), read with
+    /// it: counted at their size, with no range of their own.
+    Inline { len: u64 },
 }
 
 /// The reads of one piece for one rank.
@@ -124,6 +127,10 @@ impl Archive {
                             merge(box_ranges(&piece.sizes, &local, element, start))
                         }
                         PieceLayout::Whole { start, len } => std::iter::once(start..start + len).collect(),
+                        PieceLayout::Inline { len } => {
+                            plan.bytes_read += len;
+                            Vec::new()
+                        }
                     };
                     plan.bytes_read += ranges.iter().map(|range| range.end - range.start).sum::<u64>();
                     plan.reads.push(PlannedRead { entry: name.to_string(), file: piece.file.clone(), ranges, lands });

@@ -283,3 +283,38 @@ fn orbax_unknown_codecs_are_refused_by_name() {
     let error = Archive::open(&folder).unwrap_err();
     assert_orbax_error(&error, &metadata, "step/.zarray", "blosc");
 }
+
+#[test]
+fn read_plans_read_whole_compressed_chunks_and_say_so() {
+    for layout in LAYOUTS {
+        let archive = Archive::open(golden(layout)).unwrap();
+        for ranks in [2, 4] {
+            let plan = archive.read_plan(ranks, |_, shape| (shape.len() >= 2).then_some(0)).unwrap();
+            assert!(plan.in_memory.is_empty(), "{layout}: {:?}", plan.in_memory);
+            for rank in &plan.ranks {
+                // Every value of the rank's slices lies in a chunk it reads.
+                for name in archive.names() {
+                    let (_, shape) = archive.entry_spec(name).unwrap().unwrap();
+                    let count: usize = shape.iter().product();
+                    if count == 0 {
+                        continue;
+                    }
+                    let covered: usize = rank
+                        .reads
+                        .iter()
+                        .filter(|read| read.entry == name)
+                        .map(|read| read.lands.iter().map(|&(_, len)| len).product::<usize>())
+                        .sum();
+                    let wanted: usize = if shape.len() >= 2 {
+                        let (start, end) = nnx::plan::rank_rows(shape[0], ranks, rank.rank);
+                        (end - start) * shape[1..].iter().product::<usize>()
+                    } else {
+                        count
+                    };
+                    assert_eq!(covered, wanted, "{layout}, {ranks} ranks, rank {}: `{name}`", rank.rank);
+                }
+                assert!(rank.bytes_read > 0 && rank.amplification() > 0.0, "{layout}");
+            }
+        }
+    }
+}

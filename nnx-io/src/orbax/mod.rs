@@ -426,6 +426,23 @@ impl Source for Checkpoint {
         self.bytes(at)
     }
 
+    /// Each stored chunk (a shard, for zarr3's `sharding_indexed`) is compressed: read whole.
+    /// Values kept inside an OCDBT node are read with the node, and counted at their size.
+    fn stored_pieces(&self, at: usize) -> Result<Vec<crate::plan::StoredPiece>> {
+        use crate::plan::{PieceLayout, StoredPiece};
+        let array = &self.arrays[at];
+        let mut pieces = Vec::new();
+        for (key, value) in self.store.under(&array.name)? {
+            let Some((offsets, sizes)) = array.meta.chunk_box(&key) else { continue };
+            let (file, layout) = match value {
+                Value::File { path, offset, len } => (path, PieceLayout::Whole { start: offset, len }),
+                Value::Bytes { bytes, path } => (path, PieceLayout::Inline { len: bytes.len() as u64 }),
+            };
+            pieces.push(StoredPiece { file, offsets, sizes, layout });
+        }
+        Ok(pieces)
+    }
+
     fn made_when_read(&self, _at: usize) -> bool {
         true
     }

@@ -203,6 +203,16 @@ impl ArrayMeta {
         Ok(self)
     }
 
+    /// The box of the array (offsets and sizes per axis) that the chunk key `key` (relative to
+    /// the array) holds, or `None` for keys that are not chunks of the grid.
+    pub(crate) fn chunk_box(&self, key: &str) -> Option<(Vec<usize>, Vec<usize>)> {
+        let coordinates = self.coordinates(key)?;
+        let offsets: Vec<usize> = coordinates.iter().zip(&self.chunk).map(|(&index, &chunk)| index * chunk).collect();
+        let sizes =
+            offsets.iter().zip(&self.chunk).zip(&self.shape).map(|((&at, &chunk), &len)| chunk.min(len - at)).collect();
+        Some((offsets, sizes))
+    }
+
     /// The grid coordinates the chunk key `key` (relative to the array) names, or `None` for
     /// keys that are not chunks of the grid (metadata, stale chunks past the shape).
     fn coordinates(&self, key: &str) -> Option<Vec<usize>> {
