@@ -119,6 +119,16 @@ pub(crate) trait Source: Send + Sync {
         None
     }
 
+    /// Box `boxed` of entry `at` (one `(start, len)` per axis; the whole entry for `None`):
+    /// by default the entry narrowed, which reads it whole for sources that make their entries;
+    /// a source assembled from pieces reads only the pieces the box meets.
+    ///
+    /// # Errors
+    /// The errors of [`Source::tensor`].
+    fn tensor_box(&self, at: usize, boxed: Option<&[(usize, usize)]>) -> Result<Tensor> {
+        narrow_to(self.tensor(at)?, boxed)
+    }
+
     /// Where entry `at`'s values lie, piece by piece, for read plans: by default one piece, the
     /// whole entry at its [`Source::location`], row-major where its dtype is whole bytes (read
     /// whole otherwise); none for entries in memory.
@@ -281,7 +291,7 @@ pub(crate) fn read_batch<'a>(
     for (index, (name, boxed)) in wants.iter().enumerate() {
         let (source, at) = locate(name)?;
         let Some(object) = source.fetched() else {
-            out[index] = Some(narrow_to(source.tensor(at)?, boxed.as_deref())?);
+            out[index] = Some(source.tensor_box(at, boxed.as_deref())?);
             continue;
         };
         let (ranges, shape) = source.byte_ranges(at, boxed.as_deref());

@@ -229,3 +229,32 @@ fn a_training_checkpoints_model_and_optimizer_load_apart() {
     let expected = reference.try_get("optim.state.model.proj.weight.exp_avg").unwrap();
     assert_eq!(moment.to_bytes().unwrap(), expected.to_bytes().unwrap());
 }
+
+#[test]
+fn a_tensor_parallel_rank_reads_its_slices_from_the_chunks_that_hold_them() {
+    use nnx::Module;
+
+    use crate::import::{llama_placement, llama_rank};
+
+    let safetensors = fixtures().join("llama-tiny/model.safetensors");
+    let reference = Archive::open(&safetensors).unwrap();
+    let dir = scratch();
+    let folder = dir.path().join("llama-dcp");
+    reference.save_dcp(&folder, 2).unwrap();
+    let checkpoint = Archive::open(&folder).unwrap();
+    let config = nnx::models::llama::LlamaConfig::from_file(fixtures().join("llama-tiny/config.json")).unwrap();
+    for rank in 0..2 {
+        let options = nnx::ImportOptions::default().with_placement(llama_placement(2, rank));
+        let (mut ours, mut theirs) = (llama_rank(&config, 2), llama_rank(&config, 2));
+        checkpoint.import_into_with(&mut ours, "", &options).unwrap();
+        reference.import_into_with(&mut theirs, "", &options).unwrap();
+        let (ours, theirs) = (ours.flat_state_dict(), theirs.flat_state_dict());
+        for ((name, got), (_, want)) in ours.iter().zip(theirs.iter()) {
+            assert_eq!(got.to_bytes().unwrap(), want.to_bytes().unwrap(), "rank {rank}: `{name}`");
+        }
+        // The rows of a column-parallel weight lie in this rank's chunk: a view of its file,
+        // nothing else read.
+        let q = ours.iter().find(|(name, _)| *name == "layers.0.attn.q.weight").unwrap().1;
+        assert!(q.is_mapped(), "rank {rank}'s rows of q are its chunk of `__{rank}_0.distcp`");
+    }
+}

@@ -517,6 +517,65 @@ impl Checkpoint {
         }
     }
 
+    /// Box `boxed` of entry `at`, read from the chunks it meets only (a rank's slice reads that
+    /// rank's bytes): a view of the chunk where one holds the whole box, else the parts of each
+    /// chunk copied into place.
+    fn assemble_box(&self, at: usize, boxed: &[(usize, usize)]) -> Result<Tensor> {
+        let entry = &self.entries[at];
+        let data_error =
+            |error| Error::Data { path: self.folder.clone(), name: entry.name.clone(), source: Box::new(error) };
+        // Each chunk the box meets, and the part of the box it holds.
+        let mut parts = Vec::new();
+        for piece in &entry.pieces {
+            let meet: Option<Vec<(usize, usize)>> = boxed
+                .iter()
+                .zip(piece.offsets.iter().zip(&piece.sizes))
+                .map(|(&(start, len), (&offset, &size))| {
+                    let (from, to) = (start.max(offset), (start + len).min(offset + size));
+                    (from < to).then_some((from, to - from))
+                })
+                .collect();
+            if let Some(meet) = meet {
+                parts.push((piece, meet));
+            }
+        }
+        let narrowed = |piece: &Piece, meet: &[(usize, usize)]| -> Result<Tensor> {
+            let mut chunk = self.chunk(entry, piece)?;
+            for (axis, (&(from, len), &offset)) in meet.iter().zip(&piece.offsets).enumerate() {
+                if chunk.shape()[axis] != len {
+                    chunk = chunk.narrow(axis, from - offset, len).map_err(data_error)?;
+                }
+            }
+            Ok(chunk)
+        };
+        let shape: Vec<usize> = boxed.iter().map(|&(_, len)| len).collect();
+        if let [(piece, meet)] = &parts[..]
+            && meet.as_slice() == boxed
+        {
+            return narrowed(piece, meet);
+        }
+        let element = entry.dtype.size_in_bytes().expect("torch dtypes are whole bytes");
+        let mut pieces = Vec::with_capacity(parts.len());
+        for (piece, meet) in &parts {
+            let part = narrowed(piece, meet)?;
+            let bytes = part.to_bytes().map_err(data_error)?.into_owned();
+            let placed = Piece {
+                offsets: meet.iter().zip(boxed).map(|(&(from, _), &(start, _))| from - start).collect(),
+                sizes: meet.iter().map(|&(_, len)| len).collect(),
+                file: piece.file,
+                stored: piece.stored.clone(),
+            };
+            pieces.push((placed, bytes));
+        }
+        Tensor::filled(entry.dtype, &shape, |out| {
+            for (placed, bytes) in &pieces {
+                place(out, &shape, placed, bytes, element);
+            }
+            Ok(())
+        })
+        .map_err(data_error)
+    }
+
     /// Entry `at`: the chunk itself where one covers it, else its chunks copied into place.
     fn assemble(&self, at: usize) -> Result<Tensor> {
         let entry = &self.entries[at];
@@ -590,6 +649,15 @@ impl Source for Checkpoint {
 
     fn tensor(&self, at: usize) -> Result<Tensor> {
         self.assemble(at)
+    }
+
+    fn tensor_box(&self, at: usize, boxed: Option<&[(usize, usize)]>) -> Result<Tensor> {
+        match boxed {
+            Some(boxed) if boxed.iter().zip(&self.entries[at].shape).any(|(&cut, &len)| cut != (0, len)) => {
+                self.assemble_box(at, boxed)
+            }
+            _ => self.assemble(at),
+        }
     }
 
     fn path(&self) -> Option<&Path> {
