@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite compares against, once, into a cache outside the repository:
-# a Python virtual environment with the reference `safetensors` package, numpy, ml_dtypes and
+# a Python virtual environment with the reference `safetensors` package, numpy, ml_dtypes,
+# `gguf`, maturin and pytest (which build and test the `nnx` Python package) and
 # `huggingface_hub` (the Hub client whose cache nnx shares), and `moto[server]` (an
 # S3-compatible server the remote-archive tests start on loopback); Debian's packages for the
 # GPU tests (Mesa's software Vulkan driver), the memory measurements (GNU time) and the page
@@ -39,12 +40,15 @@ fi
 venv="$cache/venv"
 mkdir -p "$cache"
 
-if ! "$venv/bin/python" -c 'import safetensors, numpy, ml_dtypes, huggingface_hub, moto, gguf, importlib.metadata as m
-assert huggingface_hub.__version__ == "2.4.0" and moto.__version__ == "5.2.5" and m.version("gguf") == "0.19.0"' 2>/dev/null; then
+# maturin builds the `nnx` Python package and pytest runs its tests (`scripts/test_python.sh`).
+if ! "$venv/bin/python" -c 'import safetensors, numpy, ml_dtypes, huggingface_hub, moto, gguf, pytest, importlib.metadata as m
+assert huggingface_hub.__version__ == "2.4.0" and moto.__version__ == "5.2.5" and m.version("gguf") == "0.19.0"
+assert m.version("maturin") == "1.16.0" and pytest.__version__ == "9.0.2"' 2>/dev/null; then
   echo "setting up the Python reference packages in $venv"
   [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    'safetensors==0.8.0' 'numpy==2.4.6' 'ml_dtypes==0.6.0' 'huggingface_hub==2.4.0' 'moto[server]==5.2.5' 'gguf==0.19.0'
+    'safetensors==0.8.0' 'numpy==2.4.6' 'ml_dtypes==0.6.0' 'huggingface_hub==2.4.0' 'moto[server]==5.2.5' 'gguf==0.19.0' \
+    'maturin==1.16.0' 'pytest==9.0.2'
 fi
 "$venv/bin/python" -c 'import safetensors, numpy; import huggingface_hub
 print("reference safetensors", safetensors.__version__, "numpy", numpy.__version__, "huggingface_hub", huggingface_hub.__version__)'

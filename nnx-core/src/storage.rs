@@ -50,9 +50,22 @@ impl AlignedBuf {
     /// [`AlignedBuf::zeroed`] that reports a refused allocation instead of aborting: for
     /// buffers whose size comes from a file.
     pub(crate) fn try_zeroed(len: usize) -> Option<AlignedBuf> {
-        let mut words = Vec::new();
-        words.try_reserve_exact(len.div_ceil(8)).ok()?;
-        words.resize(len.div_ceil(8), 0);
+        let count = len.div_ceil(8);
+        if count == 0 {
+            return Some(AlignedBuf { words: Vec::new(), len });
+        }
+        // Zeroed by the allocator (`calloc`): a large buffer comes as fresh pages the kernel
+        // zeroes when first touched, rather than being written with zeros and then written again
+        // by whoever fills it.
+        let layout = std::alloc::Layout::array::<u64>(count).ok()?;
+        // SAFETY: the layout has a non-zero size (count > 0).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: `ptr` was allocated by the global allocator with the layout of `count` u64s
+        // (what a `Vec<u64>` of that capacity uses), and all of its bytes are zero, a valid u64.
+        let words = unsafe { Vec::from_raw_parts(ptr, count, count) };
         Some(AlignedBuf { words, len })
     }
 

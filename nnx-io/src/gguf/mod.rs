@@ -151,6 +151,23 @@ impl GgmlTensor {
         }
         let (row_bytes, size) = (bytes.len() / rows, dtype.size_in_bytes().unwrap_or(4));
         let per_chunk = (QUANTIZE_CHUNK_VALUES / cols).max(1);
+        if dtype == DType::F32 {
+            // Straight into the output, which is aligned for f32: no value copied twice.
+            return Tensor::filled(dtype, &self.shape, |out| {
+                out.par_chunks_mut(per_chunk * cols * size).enumerate().try_for_each(|(at, dst)| -> Result<()> {
+                    let chunk_rows = dst.len() / (cols * size);
+                    let packed = &bytes[at * per_chunk * row_bytes..][..chunk_rows * row_bytes];
+                    match bytemuck::try_cast_slice_mut::<u8, f32>(dst) {
+                        Ok(values) => nnx_core::quant::ggml::dequantize_row(self.ty, packed, values),
+                        Err(_) => {
+                            let values = decode(self.ty, &[chunk_rows, cols], packed)?;
+                            dst.copy_from_slice(&values.to_bytes()?);
+                            Ok(())
+                        }
+                    }
+                })
+            });
+        }
         Tensor::filled(dtype, &self.shape, |out| {
             out.par_chunks_mut(per_chunk * cols * size).enumerate().try_for_each(|(at, dst)| -> Result<()> {
                 let chunk_rows = dst.len() / (cols * size);
