@@ -313,6 +313,14 @@ def config_seeds():
 # PyTorch checkpoints.
 
 
+def dcp_seeds():
+    """`.metadata` pickles: torch's (the fixture), nnx's own writer's, and the planted global."""
+    seeds = {}
+    for folder in ["sharded", "nnx-written", "hostile", "safetensors-format"]:
+        seeds["fixture-" + folder] = (FIXTURES / "dcp" / folder / ".metadata").read_bytes()
+    return seeds
+
+
 def torch_seeds():
     seeds = {}
     for fixture in ["state_zip.pt", "state_legacy.pt", "nested_zip.pt", "malicious.pkl", "malicious_zip.pt"]:
@@ -454,6 +462,7 @@ def main():
         "quantized": quantized_seeds(),
         "config": config_seeds(),
         "torch": torch_seeds(),
+        "dcp": dcp_seeds(),
         "gguf": gguf_seeds(),
         "chat_template": chat_template_seeds(),
         "gguf_tokenizer": gguf_tokenizer_seeds(),

@@ -23,7 +23,7 @@ fi
 shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(header index quantized config torch hub_json gguf gguf_tokenizer chat_template)
+  targets=(header index quantized config torch dcp hub_json gguf gguf_tokenizer chat_template)
 fi
 
 # New inputs go to a scratch corpus, so that the committed seeds stay as they are; the targets

@@ -761,3 +761,46 @@ impl Source for Checkpoint {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use nnx_core::DType;
+    use nnx_core::error::DcpProblem;
+
+    use super::check_chunks;
+    use super::metadata::TensorMeta;
+
+    fn tensor(size: &[usize], chunks: &[(&[usize], &[usize])]) -> TensorMeta {
+        TensorMeta {
+            name: "w".into(),
+            dtype: DType::F32,
+            size: size.to_vec(),
+            chunks: chunks.iter().map(|(offsets, sizes)| (offsets.to_vec(), sizes.to_vec())).collect(),
+        }
+    }
+
+    fn problem(tensor: &TensorMeta) -> String {
+        match check_chunks(tensor) {
+            Err(DcpProblem::Chunks { problem, .. }) => problem,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn chunks_must_cover_their_tensor_exactly_once() {
+        // Row pieces, uneven and one empty, and 2-D blocks tile their tensors.
+        check_chunks(&tensor(&[5], &[(&[0], &[2]), (&[2], &[2]), (&[4], &[1]), (&[5], &[0])])).unwrap();
+        check_chunks(&tensor(&[4, 4], &[(&[0, 0], &[2, 2]), (&[0, 2], &[2, 2]), (&[2, 0], &[2, 2]), (&[2, 2], &[2, 2])]))
+            .unwrap();
+        check_chunks(&tensor(&[], &[(&[], &[])])).unwrap();
+        // Overlapping blocks, a gap, a piece past the end, a piece of another rank.
+        let overlap = problem(&tensor(&[4, 4], &[(&[0, 0], &[3, 4]), (&[2, 0], &[2, 4])]));
+        assert!(overlap.contains("overlap"), "{overlap}");
+        let gap = problem(&tensor(&[4, 4], &[(&[0, 0], &[2, 4])]));
+        assert!(gap.contains("cover 8 of its 16 elements"), "{gap}");
+        let outside = problem(&tensor(&[4], &[(&[2], &[3])]));
+        assert!(outside.contains("outside"), "{outside}");
+        let rank = problem(&tensor(&[4, 4], &[(&[0], &[4])]));
+        assert!(rank.contains("axes"), "{rank}");
+    }
+}
