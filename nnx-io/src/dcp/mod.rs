@@ -790,8 +790,11 @@ mod tests {
     fn chunks_must_cover_their_tensor_exactly_once() {
         // Row pieces, uneven and one empty, and 2-D blocks tile their tensors.
         check_chunks(&tensor(&[5], &[(&[0], &[2]), (&[2], &[2]), (&[4], &[1]), (&[5], &[0])])).unwrap();
-        check_chunks(&tensor(&[4, 4], &[(&[0, 0], &[2, 2]), (&[0, 2], &[2, 2]), (&[2, 0], &[2, 2]), (&[2, 2], &[2, 2])]))
-            .unwrap();
+        check_chunks(&tensor(
+            &[4, 4],
+            &[(&[0, 0], &[2, 2]), (&[0, 2], &[2, 2]), (&[2, 0], &[2, 2]), (&[2, 2], &[2, 2])],
+        ))
+        .unwrap();
         check_chunks(&tensor(&[], &[(&[], &[])])).unwrap();
         // Overlapping blocks, a gap, a piece past the end, a piece of another rank.
         let overlap = problem(&tensor(&[4, 4], &[(&[0, 0], &[3, 4]), (&[2, 0], &[2, 4])]));
