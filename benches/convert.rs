@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use common::{gb, measured, write_safetensors};
+use common::{gb, measured, nnx_binary, write_safetensors};
 use nnx::Archive;
 
 /// The folder's shape: Llama 3 8B's widths, fewer layers.
@@ -38,15 +38,6 @@ const VOCAB: usize = 128_256;
 
 /// The window of the streaming writer, part of the bound.
 const WINDOW: u64 = 256 << 20;
-
-fn nnx_binary() -> PathBuf {
-    if let Some(binary) = std::env::var_os("NNX_BINARY") {
-        return PathBuf::from(binary);
-    }
-    let exe = std::env::current_exe().expect("the bench's path");
-    let release = exe.parent().and_then(Path::parent).expect("target/release");
-    release.join(format!("nnx{}", std::env::consts::EXE_SUFFIX))
-}
 
 /// The Llama folder: `config.json`, the fixture's SentencePiece tokenizer (the converter pads
 /// the vocabulary to `vocab_size`) and `model.safetensors`.
@@ -108,8 +99,7 @@ fn tensors(path: &Path) -> Vec<(String, String, u64)> {
         .map(|name| {
             let packed = archive.ggml(name).expect("a tensor");
             let bytes = packed.bytes().expect("its bytes");
-            let hash =
-                bytes.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3));
+            let hash = common::fnv1a(&bytes);
             (name.to_string(), packed.ty.name().to_string(), hash)
         })
         .collect();

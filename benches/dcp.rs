@@ -19,7 +19,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{gb, measured, write_safetensors};
+use common::{gb, measured, nnx_binary, write_safetensors};
 use nnx::Archive;
 
 /// The big tensors: 16 of 8192 x 16384 BF16, 256 MiB each.
@@ -27,14 +27,6 @@ const ROWS: usize = 8192;
 const COLUMNS: usize = 16384;
 const BIG: usize = 16;
 const RANKS: usize = 4;
-
-fn nnx_binary() -> PathBuf {
-    if let Some(binary) = std::env::var_os("NNX_BINARY") {
-        return PathBuf::from(binary);
-    }
-    let exe = std::env::current_exe().expect("the bench's path");
-    exe.parent().and_then(Path::parent).expect("target/release").join(format!("nnx{}", std::env::consts::EXE_SUFFIX))
-}
 
 /// An FNV-1a hash of every entry's bytes, by name.
 fn hashes(path: &Path) -> Vec<(String, u64)> {
@@ -44,8 +36,7 @@ fn hashes(path: &Path) -> Vec<(String, u64)> {
         .map(|name| {
             let tensor = archive.try_get(name).expect("an entry");
             let bytes = tensor.to_bytes().expect("its bytes");
-            let hash =
-                bytes.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3));
+            let hash = common::fnv1a(&bytes);
             archive.release(name);
             (name.to_string(), hash)
         })

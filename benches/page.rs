@@ -10,21 +10,17 @@
 //! The release `nnx` binary is the one beside this bench (`target/release/nnx`), or
 //! `NNX_BINARY`; Chromium is `chromium` on the path, or `NNX_CHROMIUM`.
 
+#[allow(dead_code)]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use common::nnx_binary;
+
 /// Views whose first drawing is timed.
 const VIEWS: [&str; 4] = ["summary", "tree", "treemap", "quant"];
-
-fn nnx_binary() -> PathBuf {
-    if let Some(binary) = std::env::var_os("NNX_BINARY") {
-        return PathBuf::from(binary);
-    }
-    let exe = std::env::current_exe().expect("the bench's path");
-    let release = exe.parent().and_then(Path::parent).expect("target/release");
-    release.join(format!("nnx{}", std::env::consts::EXE_SUFFIX))
-}
 
 fn cache() -> PathBuf {
     std::env::var_os("NNX_CACHE")

@@ -139,3 +139,18 @@ pub fn measured(command: &mut Command) -> Result<(f64, u64), String> {
 pub fn gb(bytes: u64) -> String {
     format!("{:.2} GB", bytes as f64 / 1e9)
 }
+
+/// The release `nnx` binary beside the running bench (`target/release/nnx`), or `NNX_BINARY`.
+pub fn nnx_binary() -> PathBuf {
+    if let Some(binary) = std::env::var_os("NNX_BINARY") {
+        return PathBuf::from(binary);
+    }
+    let exe = std::env::current_exe().expect("the bench's path");
+    let release = exe.parent().and_then(Path::parent).expect("target/release");
+    release.join(format!("nnx{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// The FNV-1a hash of `bytes`: a fingerprint to compare two outputs by.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3))
+}

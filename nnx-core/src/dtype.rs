@@ -151,6 +151,38 @@ impl DType {
         )
     }
 
+    /// The name numpy (with `ml_dtypes` for BF16 and FP8), torch, zarr3 and DCP's metadata give
+    /// the dtype (`float32`, `bfloat16`, `float8_e4m3fn`); `None` for the sub-byte floats.
+    pub const fn numpy_name(self) -> Option<&'static str> {
+        Some(match self {
+            DType::Bool => "bool",
+            DType::F4 | DType::F6E2M3 | DType::F6E3M2 => return None,
+            DType::U8 => "uint8",
+            DType::I8 => "int8",
+            DType::F8E5M2 => "float8_e5m2",
+            DType::F8E4M3 => "float8_e4m3fn",
+            DType::F8E8M0 => "float8_e8m0fnu",
+            DType::F8E4M3Fnuz => "float8_e4m3fnuz",
+            DType::F8E5M2Fnuz => "float8_e5m2fnuz",
+            DType::I16 => "int16",
+            DType::U16 => "uint16",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::I32 => "int32",
+            DType::U32 => "uint32",
+            DType::F32 => "float32",
+            DType::C64 => "complex64",
+            DType::F64 => "float64",
+            DType::I64 => "int64",
+            DType::U64 => "uint64",
+        })
+    }
+
+    /// The dtype [`DType::numpy_name`] names `name`.
+    pub fn from_numpy_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|dtype| dtype.numpy_name() == Some(name))
+    }
+
     /// The SafeTensors spelling, as written in file headers.
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -713,13 +713,8 @@ impl Source for Derived {
         true
     }
 
-    fn made(&self, at: usize) -> Option<Result<Tensor>> {
-        Some(self.tensor(at))
-    }
-
     fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, source::DataError> {
-        let tensor = self.tensor(at).map_err(source::DataError::Io)?;
-        tensor.to_bytes().map(|bytes| Cow::Owned(bytes.into_owned())).map_err(source::DataError::Tensor)
+        source::made_data(self.tensor(at))
     }
 
     fn release(&self, _: usize) {

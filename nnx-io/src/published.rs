@@ -820,13 +820,8 @@ impl Source for Decoded {
         true
     }
 
-    fn made(&self, at: usize) -> Option<Result<Tensor>> {
-        Some(self.tensor(at))
-    }
-
     fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, DataError> {
-        let tensor = self.tensor(at).map_err(DataError::Io)?;
-        tensor.to_bytes().map(|bytes| Cow::Owned(bytes.into_owned())).map_err(DataError::Tensor)
+        crate::source::made_data(self.tensor(at))
     }
 
     fn release(&self, at: usize) {

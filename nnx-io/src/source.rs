@@ -64,8 +64,8 @@ pub(crate) trait Source: Send + Sync {
     /// Entry `at` made when it is read (decoded, cast, derived), for writers, which write its
     /// bytes from the tensor itself rather than from a copy; `None` for entries whose
     /// [`Source::data`] borrows or packs what is stored.
-    fn made(&self, _at: usize) -> Option<Result<Tensor>> {
-        None
+    fn made(&self, at: usize) -> Option<Result<Tensor>> {
+        self.made_when_read(at).then(|| self.tensor(at))
     }
 
     /// Whether entry `at` is made when read ([`Source::made`] gives it), told without making
@@ -177,6 +177,13 @@ pub(crate) trait Source: Send + Sync {
     fn assemble(&self, at: usize, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
         Tensor::from_bytes(self.spec(at).0, shape, bytes)
     }
+}
+
+/// The bytes of an entry made when read (`made`, the source's [`Source::tensor`]): what
+/// [`Source::data`] gives for sources whose entries are made rather than stored.
+pub(crate) fn made_data(made: Result<Tensor>) -> std::result::Result<Cow<'static, [u8]>, DataError> {
+    let tensor = made.map_err(DataError::Io)?;
+    tensor.to_bytes().map(|bytes| Cow::Owned(bytes.into_owned())).map_err(DataError::Tensor)
 }
 
 /// Why an entry's bytes could not be had.

@@ -142,10 +142,7 @@ pub(crate) fn capsule(py: Python<'_>, payload: &Arc<Payload>, versioned: bool, c
     let copied = copy || (payload.read_only && !versioned);
     let payload = if copied {
         let tensor = payload.copied().map_err(|error| PyBufferError::new_err(error.to_string()))?;
-        Arc::new(
-            Payload::new(tensor, payload.dtype, payload.shape.clone())
-                .map_err(|e| PyBufferError::new_err(e.to_string()))?,
-        )
+        Arc::new(Payload::new(tensor, payload.shape.clone()).map_err(|e| PyBufferError::new_err(e.to_string()))?)
     } else {
         payload.clone()
     };

@@ -85,8 +85,10 @@ pub(crate) struct Payload {
 }
 
 impl Payload {
-    fn new(tensor: Tensor, dtype: DType, shape: Vec<usize>) -> nnx::Result<Payload> {
-        let read_only = tensor.is_mapped();
+    /// The payload of `tensor`, whose array has `shape` (its own, or rows of bytes for ggml
+    /// blocks).
+    fn new(tensor: Tensor, shape: Vec<usize>) -> nnx::Result<Payload> {
+        let (dtype, read_only) = (tensor.dtype(), tensor.is_mapped());
         if !tensor.is_contiguous()
             && tensor.shape() == shape.as_slice()
             && let Some(payload) = Payload::strided(&tensor, read_only)
@@ -95,22 +97,10 @@ impl Payload {
         }
         let (tensor, read_only) =
             if tensor.is_contiguous() { (tensor, read_only) } else { (tensor.contiguous(), false) };
-        let (ptr, len, copy) = {
+        // A contiguous tensor's bytes are borrowed from its storage, which `_tensor` keeps.
+        let (ptr, len) = {
             let bytes = tensor.to_bytes()?;
-            match bytes {
-                std::borrow::Cow::Borrowed(bytes) => (bytes.as_ptr() as usize, bytes.len(), None),
-                std::borrow::Cow::Owned(bytes) => {
-                    let owned = Tensor::from_bytes(DType::U8, &[bytes.len()], &bytes)?;
-                    (0, bytes.len(), Some(owned))
-                }
-            }
-        };
-        let (tensor, ptr) = match copy {
-            Some(owned) => {
-                let at = owned.to_bytes()?.as_ptr() as usize;
-                (owned, at)
-            }
-            None => (tensor, ptr),
+            (bytes.as_ptr() as usize, bytes.len())
         };
         Ok(Payload { _tensor: tensor, ptr, len, dtype, shape, strides: None, read_only })
     }
@@ -302,8 +292,7 @@ fn needs_ml_dtypes(dtype: DType) -> bool {
 }
 
 fn tensor_object(py: Python<'_>, tensor: Tensor, name: String, shape: Vec<usize>) -> PyResult<Py<PyTensor>> {
-    let dtype = tensor.dtype();
-    let payload = Payload::new(tensor, dtype, shape).map_err(|e| error(py, e))?;
+    let payload = Payload::new(tensor, shape).map_err(|e| error(py, e))?;
     Py::new(py, PyTensor { payload: Arc::new(payload), name })
 }
 

@@ -95,10 +95,6 @@ def _view(raw: Any, name: str, dtype: Any = None, copy: bool | None = None) -> n
     return array.copy() if copy else array
 
 
-def _array(tensor: Tensor) -> np.ndarray:
-    """The numpy array viewing ``tensor``'s bytes (``base`` keeps the tensor alive)."""
-    return np.asarray(tensor)
-
 
 class TensorInfo:
     """What an archive says about one entry, from headers alone."""
@@ -143,7 +139,7 @@ class Archive(Mapping):
         return self._archive().tensor(name)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return _array(self._archive().tensor(name))
+        return np.asarray(self._archive().tensor(name))
 
     def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
         if name not in self:

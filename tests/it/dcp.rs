@@ -6,24 +6,10 @@ use std::path::{Path, PathBuf};
 
 use nnx::{Archive, Error};
 
-use crate::util::{fixtures, run_nnx, scratch};
+use crate::util::{assert_same, fixtures, run_nnx, scratch};
 
 fn dcp(name: &str) -> PathBuf {
     fixtures().join("dcp").join(name)
-}
-
-/// Asserts that `archive` holds exactly the entries of `reference`, bit for bit.
-fn assert_same(archive: &Archive, reference: &Archive, what: &str) {
-    let mut names: Vec<&str> = archive.names().collect();
-    let mut expected: Vec<&str> = reference.names().collect();
-    names.sort_unstable();
-    expected.sort_unstable();
-    assert_eq!(names, expected, "{what}: entry names");
-    for name in expected {
-        let (got, want) = (archive.try_get(name).unwrap(), reference.try_get(name).unwrap());
-        assert_eq!((got.dtype(), got.shape()), (want.dtype(), want.shape()), "{what}: `{name}`");
-        assert_eq!(got.to_bytes().unwrap(), want.to_bytes().unwrap(), "{what}: `{name}` differs");
-    }
 }
 
 #[test]

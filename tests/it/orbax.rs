@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use nnx::{Archive, Error};
 use serde_json::Value;
 
-use crate::util::{fixtures, nnx_ok, run_nnx, scratch, text};
+use crate::util::{assert_same, fixtures, nnx_ok, run_nnx, scratch, text};
 
 /// The layouts of the goldens (see `tests/fixtures/orbax/README.md`).
 const LAYOUTS: [&str; 5] = ["ocdbt", "ocdbt-zarr3", "plain", "plain-zarr3", "ocdbt-small-nodes"];
@@ -24,17 +24,7 @@ fn reference(layout: &str) -> Archive {
 /// Every entry of `archive` has the dtype, shape and bytes of the reference's, and the two have
 /// the same names.
 fn assert_equals_reference(archive: &Archive, layout: &str) {
-    let expected = reference(layout);
-    let mut names: Vec<&str> = archive.names().collect();
-    let mut wanted: Vec<&str> = expected.names().collect();
-    names.sort_unstable();
-    wanted.sort_unstable();
-    assert_eq!(names, wanted, "{layout}");
-    for name in wanted {
-        let (ours, theirs) = (archive.try_get(name).unwrap(), expected.try_get(name).unwrap());
-        assert_eq!((ours.dtype(), ours.shape()), (theirs.dtype(), theirs.shape()), "{layout}: {name}");
-        assert_eq!(ours.to_bytes().unwrap(), theirs.to_bytes().unwrap(), "{layout}: {name}");
-    }
+    assert_same(archive, &reference(layout), layout);
 }
 
 /// A copy of golden `layout` in a scratch folder, to damage.

@@ -233,3 +233,17 @@ pub fn floats(value: &serde_json::Value) -> Vec<f32> {
 pub fn ids(value: &serde_json::Value) -> Vec<u32> {
     value.as_array().unwrap().iter().map(|id| id.as_u64().unwrap() as u32).collect()
 }
+
+/// Asserts that `archive` holds exactly the entries of `reference`, bit for bit.
+pub fn assert_same(archive: &nnx::Archive, reference: &nnx::Archive, what: &str) {
+    let mut names: Vec<&str> = archive.names().collect();
+    let mut expected: Vec<&str> = reference.names().collect();
+    names.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(names, expected, "{what}: entry names");
+    for name in expected {
+        let (got, want) = (archive.try_get(name).unwrap(), reference.try_get(name).unwrap());
+        assert_eq!((got.dtype(), got.shape()), (want.dtype(), want.shape()), "{what}: `{name}`");
+        assert_eq!(got.to_bytes().unwrap(), want.to_bytes().unwrap(), "{what}: `{name}` differs");
+    }
+}

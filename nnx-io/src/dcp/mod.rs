@@ -52,6 +52,15 @@ impl ItemFile {
         let is_safetensors = safetensors_file(&path)?;
         Ok(ItemFile { name, path, size, is_safetensors, mapping: Mutex::new(None), safetensors: Mutex::new(None) })
     }
+
+    /// `read` of the file opened as SafeTensors, opened on first use.
+    fn with_safetensors<T>(&self, read: impl FnOnce(&Archive) -> Result<T>) -> Result<T> {
+        let mut slot = self.safetensors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(crate::safetensors::open(&self.path)?);
+        }
+        read(slot.as_ref().expect("opened above"))
+    }
 }
 
 /// Where one chunk's values lie.
@@ -467,12 +476,7 @@ impl Checkpoint {
         let (start, len) = match &piece.stored {
             Stored::Torch { start, len } => (*start, *len),
             Stored::SafeTensors { name } => {
-                let mut slot = file.safetensors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if slot.is_none() {
-                    *slot = Some(crate::safetensors::open(&file.path)?);
-                }
-                let archive = slot.as_ref().expect("opened just now");
-                return archive.try_get(name).map(|tensor| Item::Tensor(tensor, 0));
+                return file.with_safetensors(|archive| archive.try_get(name)).map(|tensor| Item::Tensor(tensor, 0));
             }
         };
         let mapping = self.mapping(piece.file)?;
@@ -677,13 +681,8 @@ impl Source for Checkpoint {
         true
     }
 
-    fn made(&self, at: usize) -> Option<Result<Tensor>> {
-        Some(self.assemble(at))
-    }
-
     fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, DataError> {
-        let tensor = self.assemble(at).map_err(DataError::Io)?;
-        tensor.to_bytes().map(|bytes| Cow::Owned(bytes.into_owned())).map_err(DataError::Tensor)
+        crate::source::made_data(self.tensor(at))
     }
 
     fn stored_pieces(&self, at: usize) -> Result<Vec<crate::plan::StoredPiece>> {
@@ -717,16 +716,7 @@ impl Source for Checkpoint {
                     Item::Values(_) => PieceLayout::Whole { start: *start as u64, len: *len as u64 },
                 },
                 Stored::SafeTensors { name } => {
-                    let slot = file.safetensors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let location = match &*slot {
-                        Some(archive) => archive.info(name)?.location,
-                        None => {
-                            drop(slot);
-                            self.item(&entry.name, piece)?;
-                            let slot = file.safetensors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                            slot.as_ref().expect("opened by the item").info(name)?.location
-                        }
-                    };
+                    let location = file.with_safetensors(|archive| archive.info(name))?.location;
                     let start = location.map_or(0, |location| location.file_offset as u64);
                     PieceLayout::RowMajor { start, element }
                 }

@@ -167,7 +167,7 @@ fn metadata_pickle(specs: &[(String, DType, Vec<usize>)], written: &[Written]) -
         object(&mut p, MODULE, "TensorProperties");
         // TensorProperties's own state: (dtype, layout, requires_grad, memory format code,
         // pin_memory, strides).
-        p.mark().global("torch", torch_name(*dtype));
+        p.mark().global("torch", dtype.numpy_name().expect("torch stores only dtypes it names"));
         p.global("torch.serialization", "_get_layout").mark().text("torch.strided").tuple().reduce().bool(false);
         p.global(MODULE, "_MEM_FORMAT_ENCODING").mark().int(0).tuple().reduce();
         p.bool(false).none().tuple().build();
@@ -217,23 +217,6 @@ fn object(p: &mut Pickle, module: &str, name: &str) {
 /// Pushes `torch.Size(values)`.
 fn size(p: &mut Pickle, values: &[usize]) {
     p.global("torch", "Size").mark().ints(values).tuple().reduce();
-}
-
-/// Torch's name of `dtype`, one [`saves`] accepts.
-fn torch_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F64 => "float64",
-        DType::F32 => "float32",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::I64 => "int64",
-        DType::I32 => "int32",
-        DType::I16 => "int16",
-        DType::I8 => "int8",
-        DType::U8 => "uint8",
-        DType::Bool => "bool",
-        other => unreachable!("torch stores no {other} through nnx"),
-    }
 }
 
 #[cfg(test)]

@@ -447,12 +447,7 @@ impl Source for Checkpoint {
         true
     }
 
-    fn made(&self, at: usize) -> Option<Result<Tensor>> {
-        Some(self.read(at))
-    }
-
     fn data(&self, at: usize) -> std::result::Result<Cow<'_, [u8]>, DataError> {
-        let tensor = self.read(at).map_err(DataError::Io)?;
-        tensor.to_bytes().map(|bytes| Cow::Owned(bytes.into_owned())).map_err(DataError::Tensor)
+        crate::source::made_data(self.tensor(at))
     }
 }

@@ -668,27 +668,9 @@ fn dtype_v2(text: &str) -> Parse<(DType, bool)> {
     Ok((dtype, big_endian))
 }
 
-/// A zarr3 data type name.
+/// A zarr3 data type name: numpy's (and `ml_dtypes`') names.
 fn dtype_v3(text: &str) -> Parse<DType> {
-    if let Some(dtype) = named_dtype(text) {
-        return Ok(dtype);
-    }
-    Ok(match text {
-        "bool" => DType::Bool,
-        "int8" => DType::I8,
-        "uint8" => DType::U8,
-        "int16" => DType::I16,
-        "uint16" => DType::U16,
-        "int32" => DType::I32,
-        "uint32" => DType::U32,
-        "int64" => DType::I64,
-        "uint64" => DType::U64,
-        "float16" => DType::F16,
-        "float32" => DType::F32,
-        "float64" => DType::F64,
-        "complex64" => DType::C64,
-        _ => return Err(unsupported("data type", format!("`{text}`"), V3_DTYPES)),
-    })
+    DType::from_numpy_name(text).ok_or_else(|| unsupported("data type", format!("`{text}`"), V3_DTYPES))
 }
 
 /// One element of the fill value, little-endian whatever the chunks' byte order: a number,

@@ -107,29 +107,7 @@ pub(crate) fn read(path: &Path) -> Result<Checkpoint> {
     let refuse = |problem| Error::Torch { path: path.to_path_buf(), problem };
     let bytes = mapped.bytes();
     let (unpickled, records) = match torch_container(bytes) {
-        Some(TorchContainer::Zip) => {
-            let zip = ZipRecords::read(bytes).map_err(refuse)?;
-            let pickle = zip.get("data.pkl").ok_or(TorchProblem::NoDataPickle).map_err(refuse)?;
-            if let Some(order) = zip.get("byteorder")
-                && &bytes[order.start..order.start + order.len] == b"big"
-            {
-                return Err(refuse(TorchProblem::BigEndian));
-            }
-            let unpickled = unpickle(&bytes[pickle.start..pickle.start + pickle.len], 0).map_err(|error| {
-                refuse(TorchProblem::Pickle {
-                    pickle: format!("`{}`", zip.name("data.pkl")),
-                    offset: error.offset,
-                    problem: error.problem,
-                })
-            })?;
-            let mut records = HashMap::new();
-            for storage in unpickled.storages.iter().filter(|storage| storage.inline.is_none()) {
-                if let Some(record) = zip.get(&format!("data/{}", storage.key)) {
-                    records.insert(storage.key.to_string(), record);
-                }
-            }
-            (unpickled, records)
-        }
+        Some(TorchContainer::Zip) => read_zip(bytes, 0).map_err(refuse)?,
         Some(TorchContainer::Legacy) => legacy::read(bytes).map_err(refuse)?,
         Some(TorchContainer::Pickle) | None => {
             let unpickled = unpickle(bytes, 0).map_err(|error| {
@@ -189,22 +167,7 @@ pub(crate) enum Item {
 /// by name among them.
 pub(crate) fn read_item(mapped: &Arc<Mapping>, path: &Path, start: usize, len: usize, name: &str) -> Result<Item> {
     let refuse = |problem| Error::Torch { path: path.to_path_buf(), problem };
-    let bytes = &mapped.bytes()[start..start + len];
-    let zip = ZipRecords::read(bytes).map_err(refuse)?;
-    let pickle = zip.get("data.pkl").ok_or(TorchProblem::NoDataPickle).map_err(refuse)?;
-    let unpickled = unpickle(&bytes[pickle.start..pickle.start + pickle.len], 0).map_err(|error| {
-        refuse(TorchProblem::Pickle {
-            pickle: format!("`{}`", zip.name("data.pkl")),
-            offset: error.offset,
-            problem: error.problem,
-        })
-    })?;
-    let mut records = HashMap::new();
-    for storage in unpickled.storages.iter().filter(|storage| storage.inline.is_none()) {
-        if let Some(record) = zip.get(&format!("data/{}", storage.key)) {
-            records.insert(storage.key.to_string(), Record { start: start + record.start, len: record.len });
-        }
-    }
+    let (unpickled, records) = read_zip(&mapped.bytes()[start..start + len], start).map_err(refuse)?;
     if let Value::Tensor(record) = &unpickled.root {
         let source: Arc<dyn ByteSource> = mapped.clone();
         let mut builder = Builder { path, source, records: &records, storages: HashMap::new() };
@@ -220,6 +183,31 @@ pub(crate) fn read_item(mapped: &Arc<Mapping>, path: &Path, start: usize, len: u
     };
     walk.value(&unpickled.root, name, 0).map_err(refuse)?;
     Ok(Item::Values(walk.metadata))
+}
+
+/// The pickle of the `torch.save` zip `bytes` and where each storage it names lies, as offsets
+/// from `base` (where `bytes` start in their file).
+fn read_zip(bytes: &[u8], base: usize) -> std::result::Result<(Unpickled, HashMap<String, Record>), TorchProblem> {
+    let zip = ZipRecords::read(bytes)?;
+    let pickle = zip.get("data.pkl").ok_or(TorchProblem::NoDataPickle)?;
+    if let Some(order) = zip.get("byteorder")
+        && &bytes[order.start..order.start + order.len] == b"big"
+    {
+        return Err(TorchProblem::BigEndian);
+    }
+    let unpickled =
+        unpickle(&bytes[pickle.start..pickle.start + pickle.len], 0).map_err(|error| TorchProblem::Pickle {
+            pickle: format!("`{}`", zip.name("data.pkl")),
+            offset: error.offset,
+            problem: error.problem,
+        })?;
+    let mut records = HashMap::new();
+    for storage in unpickled.storages.iter().filter(|storage| storage.inline.is_none()) {
+        if let Some(record) = zip.get(&format!("data/{}", storage.key)) {
+            records.insert(storage.key.to_string(), Record { start: base + record.start, len: record.len });
+        }
+    }
+    Ok((unpickled, records))
 }
 
 /// The most values a walk of the tree visits: far more than any checkpoint holds, few enough

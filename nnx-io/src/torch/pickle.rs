@@ -105,29 +105,21 @@ fn dcp_class(module: &str, name: &str) -> Option<Class> {
     })
 }
 
-/// The element type torch's `torch.NAME` dtype object stands for.
+/// The element type torch's `torch.NAME` dtype object stands for: numpy's names, and torch's
+/// own aliases of them (`torch.long`, `torch.half`). `torch.uint64` is not admitted.
 pub(crate) fn torch_dtype(name: &str) -> Option<DType> {
-    Some(match name {
-        "float64" | "double" => DType::F64,
-        "float32" | "float" => DType::F32,
-        "float16" | "half" => DType::F16,
-        "bfloat16" => DType::BF16,
-        "float8_e4m3fn" => DType::F8E4M3,
-        "float8_e5m2" => DType::F8E5M2,
-        "float8_e4m3fnuz" => DType::F8E4M3Fnuz,
-        "float8_e5m2fnuz" => DType::F8E5M2Fnuz,
-        "float8_e8m0fnu" => DType::F8E8M0,
-        "int64" | "long" => DType::I64,
-        "int32" | "int" => DType::I32,
-        "int16" | "short" => DType::I16,
-        "int8" => DType::I8,
-        "uint8" => DType::U8,
-        "uint16" => DType::U16,
-        "uint32" => DType::U32,
-        "bool" => DType::Bool,
-        "complex64" | "cfloat" => DType::C64,
-        _ => return None,
-    })
+    let name = match name {
+        "double" => "float64",
+        "float" => "float32",
+        "half" => "float16",
+        "long" => "int64",
+        "int" => "int32",
+        "short" => "int16",
+        "cfloat" => "complex64",
+        "uint64" => return None,
+        other => other,
+    };
+    DType::from_numpy_name(name)
 }
 
 /// The globals a state dict needs; every other one is refused.
