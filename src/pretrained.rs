@@ -357,30 +357,11 @@ fn abbreviate(text: &str) -> String {
 
 /// The name PyTorch (and so transformers' `config.json`) gives `dtype`.
 fn torch_name(dtype: DType) -> String {
-    let name = match dtype {
-        DType::Bool => "bool",
-        DType::U8 => "uint8",
-        DType::I8 => "int8",
-        DType::I16 => "int16",
-        DType::U16 => "uint16",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::I32 => "int32",
-        DType::U32 => "uint32",
-        DType::F32 => "float32",
-        DType::C64 => "complex64",
-        DType::F64 => "float64",
-        DType::I64 => "int64",
-        DType::U64 => "uint64",
-        DType::F8E4M3 => "float8_e4m3fn",
-        DType::F8E5M2 => "float8_e5m2",
-        DType::F8E4M3Fnuz => "float8_e4m3fnuz",
-        DType::F8E5M2Fnuz => "float8_e5m2fnuz",
-        DType::F8E8M0 => "float8_e8m0fnu",
-        DType::F4 => "float4_e2m1fn_x2",
-        other => return other.as_str().to_ascii_lowercase(),
-    };
-    name.to_string()
+    match dtype.numpy_name() {
+        Some(name) => name.to_string(),
+        None if dtype == DType::F4 => "float4_e2m1fn_x2".to_string(),
+        None => dtype.as_str().to_ascii_lowercase(),
+    }
 }
 
 /// The float dtype a `dtype`/`torch_dtype` value of `config.json` names (`"bfloat16"`,
